@@ -1,0 +1,657 @@
+"""A3C: Asynchronous Advantage Actor-Critic, threaded, in TF1-style graph mode.
+
+    python a3c.py --env Pendulum-v1 --workers 8
+
+One graph, one Session. A global ACNet lives on the CPU; each worker thread owns a local ACNet
+(its own variable scope) and its own environments. A worker repeatedly
+
+  1. pulls the global parameters into its local net (fused into the previous push),
+  2. acts for n steps in each of its environments,
+  3. computes n-step returns R_t = r_t + g r_t+1 + ... + g^k V(s_t+k), bootstrapping from V at
+     the rollout's end and at time-limit cuts, from 0 only where an episode really terminated,
+  4. pushes the clipped gradients of its actor and critic losses to the global net through two
+     RMSProp optimisers.
+
+The sections below follow that order: settings, environments, networks, the worker loop, the
+training driver, the command line. Hyperparameters live in config.py.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import datetime
+import json
+import math
+import os
+import sys
+import threading
+import time
+from collections import deque
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ start-up chatter
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+import config as config_module
+from config import Config
+
+tf.compat.v1.disable_eager_execution()
+tf.get_logger().setLevel("ERROR")  # compat.v1 deprecation notices
+v1 = tf.compat.v1
+
+EPISODE_COLUMNS = ["worker", "episode", "env_steps", "wall_s", "return", "length",
+                   "running_return", "entropy", "grad_norm"]
+RUNNING_WINDOW = 100  # running_return is the mean raw return of the last 100 episodes
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported in one line, exit status 2, nothing written."""
+
+
+class WorkerError(Exception):
+    """A worker thread raised: carries the worker's name to the user."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Environments
+# ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What the networks need to know about an environment."""
+    env_id: str
+    obs_dim: int
+    discrete: bool
+    n_actions: int          # discrete: number of actions; continuous: action dimensions
+    action_low: np.ndarray  # continuous only
+    action_high: np.ndarray
+
+
+def make_env(env_id: str, cfg: Config) -> gym.Env:
+    kwargs = {"disable_env_checker": True}
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    try:
+        return gym.make(env_id, **kwargs)
+    except Exception as exc:  # gymnasium raises several types for unknown or broken ids
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot make environment '{env_id}': {message} "
+                         f"(gymnasium.pprint_registry() lists the known ids)") from exc
+
+
+def env_spec(env: gym.Env, env_id: str) -> EnvSpec:
+    """Read the spaces, or refuse the ones this trainer has no network for."""
+    obs_space, act_space = env.observation_space, env.action_space
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise UsageError(f"{env_id}: observation space {obs_space} is not supported "
+                         f"(only flat Box observations)")
+    if len(obs_space.shape) != 1:
+        raise UsageError(f"{env_id}: image observations {obs_space} are not supported yet "
+                         f"(only flat Box observations; Atari needs the CNN network)")
+    if isinstance(act_space, gym.spaces.Discrete):
+        return EnvSpec(env_id, obs_space.shape[0], True, int(act_space.n), None, None)
+    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+        low, high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+            raise UsageError(f"{env_id}: action space {act_space} has infinite bounds; "
+                             f"the Gaussian policy maps its mean into finite bounds")
+        return EnvSpec(env_id, obs_space.shape[0], False, act_space.shape[0], low, high)
+    raise UsageError(f"{env_id}: action space {act_space} is not supported "
+                     f"(only Discrete or a flat Box)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Networks
+# ---------------------------------------------------------------------------------------------
+
+def dense(x, size, name, activation=None, gain=np.sqrt(2), bias=0.0):
+    """A fully connected layer from get_variable + matmul (tf.compat.v1.layers left with Keras 3)."""
+    w = v1.get_variable(f"{name}/w", [x.shape[-1], size], initializer=v1.orthogonal_initializer(gain))
+    b = v1.get_variable(f"{name}/b", [size], initializer=v1.constant_initializer(bias))
+    y = tf.matmul(x, w) + b
+    return activation(y) if activation is not None else y
+
+
+def mlp(x, sizes, name):
+    for i, size in enumerate(sizes):
+        x = dense(x, size, f"{name}/h{i}", tf.nn.relu)
+    return x
+
+
+class GaussianPolicy:
+    """Any flat Box action space: a diagonal Gaussian whose mean lies inside [low, high].
+
+    mean  = low + (high - low) * (tanh(u) + 1) / 2
+    sigma = (softplus(v) + sigma_floor) * (high - low) / 2, v from the state or a free parameter
+    The raw sample is what the log-probability is taken of; the env gets it clipped to the bounds.
+    """
+
+    def __init__(self, features, spec: EnvSpec, cfg: Config):
+        half_range = (spec.action_high - spec.action_low) / 2
+        u = dense(features, spec.n_actions, "mean", gain=0.01)
+        v_init = np.log(np.expm1(cfg.initial_sigma - cfg.sigma_floor))  # softplus(v_init) + floor
+        if cfg.sigma_from_state:
+            v = dense(features, spec.n_actions, "sigma", gain=0.01, bias=v_init)
+        else:  # one learned sigma per action dimension, shared by all states
+            v = v1.get_variable("sigma/v", [spec.n_actions], initializer=v1.constant_initializer(v_init))
+            v = v + tf.zeros_like(u)
+        self.mean = spec.action_low + half_range * (tf.tanh(u) + 1)
+        self.sigma = (tf.nn.softplus(v) + cfg.sigma_floor) * half_range
+        self.sample = self.mean + self.sigma * tf.random.normal(tf.shape(self.mean))
+        self.env_action = tf.clip_by_value(self.sample, spec.action_low, spec.action_high)
+        self.greedy_action = self.mean
+        self.entropy = tf.reduce_sum(0.5 + 0.5 * np.log(2 * np.pi) + tf.math.log(self.sigma), axis=1)
+
+    def action_placeholder(self, spec: EnvSpec):
+        return v1.placeholder(tf.float32, [None, spec.n_actions], "actions")
+
+    def log_prob(self, actions):
+        z = (actions - self.mean) / self.sigma
+        return tf.reduce_sum(-0.5 * tf.square(z) - tf.math.log(self.sigma) - 0.5 * np.log(2 * np.pi),
+                             axis=1)
+
+
+class SoftmaxPolicy:
+    """Discrete actions: a categorical distribution over softmax(logits)."""
+
+    def __init__(self, features, spec: EnvSpec, cfg: Config):
+        self.logits = dense(features, spec.n_actions, "logits", gain=0.01)
+        self.log_probs = tf.nn.log_softmax(self.logits)
+        self.sample = tf.squeeze(tf.random.categorical(self.logits, 1, dtype=tf.int32), axis=1)
+        self.env_action = self.sample
+        self.greedy_action = tf.argmax(self.logits, axis=1, output_type=tf.int32)
+        self.entropy = -tf.reduce_sum(tf.exp(self.log_probs) * self.log_probs, axis=1)
+
+    def action_placeholder(self, spec: EnvSpec):
+        return v1.placeholder(tf.int32, [None], "actions")
+
+    def log_prob(self, actions):
+        return tf.reduce_sum(self.log_probs * tf.one_hot(actions, tf.shape(self.logits)[1]), axis=1)
+
+
+def build_actor(obs, spec: EnvSpec, cfg: Config):
+    with v1.variable_scope("actor"):
+        features = mlp(obs, cfg.actor_hidden, "mlp")
+        policy_class = SoftmaxPolicy if spec.discrete else GaussianPolicy
+        return policy_class(features, spec, cfg)
+
+
+def build_critic(obs, cfg: Config):
+    """V(obs). Built once per input tensor; AUTO_REUSE makes every call share one set of weights."""
+    with v1.variable_scope("critic", reuse=v1.AUTO_REUSE):
+        return tf.squeeze(dense(mlp(obs, cfg.critic_hidden, "mlp"), 1, "v", gain=1.0), axis=1)
+
+
+def n_step_returns(rewards, next_values, terminated, ended, gamma):
+    """Bootstrapped n-step returns of a [T, E] time-major rollout.
+
+    rewards[t]     reward of step t (already scaled for learning)
+    next_values[t] V(s') of the observation step t led to (its final observation if it ended)
+    terminated[t]  1 where the episode really ended at step t: nothing follows, V = 0
+    ended[t]       1 where it ended for any reason (terminated or truncated by a time limit)
+
+    R_t = r_t + gamma * (1 - terminated_t) * (V(s'_t) if step t ended or is the last, else R_t+1)
+    so a time-limit cut bootstraps from V of the state it was cut in, exactly as the rollout's end.
+    T is static, so the recursion unrolls into T small ops (no while loop in the hot path).
+    """
+    steps = rewards.shape[0]
+    returns = [None] * steps
+    following = next_values[steps - 1]
+    for t in reversed(range(steps)):
+        bootstrap = ended[t] * next_values[t] + (1.0 - ended[t]) * following
+        returns[t] = rewards[t] + gamma * (1.0 - terminated[t]) * bootstrap
+        following = returns[t]
+    return tf.stack(returns)
+
+
+class ACNet:
+    """Actor and critic in one variable scope ('global' or 'worker_<i>').
+
+    Tensors (B = any batch; T = n_steps, E = envs_per_worker, N = T * E):
+      obs [B, obs_dim]            -> policy.env_action [B, ...], value [B]
+    Worker nets only, fed once per rollout:
+      rollout_obs [N, obs_dim], rollout_actions [N, ...], next_obs [N, obs_dim]  (time-major)
+      rewards, terminated, ended [T, E]
+      -> returns [T, E]; push_and_pull: apply both clipped gradients to the global net, then
+         copy the global parameters back into this net, in one session call.
+    """
+
+    def __init__(self, scope: str, spec: EnvSpec, cfg: Config, global_net: "ACNet" = None,
+                 actor_optimizer=None, critic_optimizer=None):
+        self.scope = scope
+        with v1.variable_scope(scope):
+            self.obs = v1.placeholder(tf.float32, [None, spec.obs_dim], "obs")
+            self.policy = build_actor(self.obs, spec, cfg)
+            self.value = build_critic(self.obs, cfg)
+            self.actor_params = v1.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES, f"{scope}/actor")
+            self.critic_params = v1.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES, f"{scope}/critic")
+            if global_net is not None:
+                self._build_update(spec, cfg, global_net, actor_optimizer, critic_optimizer)
+
+    def _build_update(self, spec, cfg, global_net, actor_optimizer, critic_optimizer):
+        T, E = cfg.n_steps, cfg.envs_per_worker
+        self.actions = self.policy.action_placeholder(spec)
+        self.next_obs = v1.placeholder(tf.float32, [T * E, spec.obs_dim], "next_obs")
+        self.rewards = v1.placeholder(tf.float32, [T, E], "rewards")
+        self.terminated = v1.placeholder(tf.float32, [T, E], "terminated")
+        self.ended = v1.placeholder(tf.float32, [T, E], "ended")
+
+        next_values = tf.stop_gradient(tf.reshape(build_critic(self.next_obs, cfg), [T, E]))
+        self.returns = n_step_returns(self.rewards, next_values, self.terminated, self.ended, cfg.gamma)
+        flat_returns = tf.reshape(self.returns, [-1])
+        advantages = tf.stop_gradient(flat_returns - self.value)
+
+        self.entropy = tf.reduce_mean(self.policy.entropy)
+        self.actor_loss = (-tf.reduce_mean(self.policy.log_prob(self.actions) * advantages)
+                           - cfg.entropy_beta * self.entropy)
+        self.critic_loss = tf.reduce_mean(tf.square(flat_returns - self.value))
+
+        self.actor_grads, actor_norm = tf.clip_by_global_norm(
+            tf.gradients(self.actor_loss, self.actor_params), cfg.clip_norm)
+        self.critic_grads, critic_norm = tf.clip_by_global_norm(
+            tf.gradients(self.critic_loss, self.critic_params), cfg.clip_norm)
+        self.grad_norm = tf.sqrt(tf.square(actor_norm) + tf.square(critic_norm))  # before clipping
+
+        self.push = push = tf.group(
+            actor_optimizer.apply_gradients(zip(self.actor_grads, global_net.actor_params)),
+            critic_optimizer.apply_gradients(zip(self.critic_grads, global_net.critic_params)))
+        local_params = self.actor_params + self.critic_params
+        global_params = global_net.actor_params + global_net.critic_params
+        with tf.control_dependencies([push]):
+            self.push_and_pull = tf.group(*[local.assign(glob)
+                                            for local, glob in zip(local_params, global_params)])
+        self.pull = tf.group(*[local.assign(glob) for local, glob in zip(local_params, global_params)])
+
+
+def learning_rates(cfg: Config) -> tuple[float, float]:
+    """(actor, critic) learning rates, divided by sqrt(workers) when scale_lr_with_workers is on."""
+    divisor = math.sqrt(cfg.workers) if cfg.scale_lr_with_workers else 1.0
+    return cfg.actor_lr / divisor, cfg.critic_lr / divisor
+
+
+def build_graph(spec: EnvSpec, cfg: Config):
+    """The global net on the CPU, its two optimisers, and one ACNet per worker."""
+    actor_lr, critic_lr = learning_rates(cfg)
+    with tf.device("/cpu:0"):
+        global_net = ACNet("global", spec, cfg)
+        actor_optimizer = v1.train.RMSPropOptimizer(
+            actor_lr, decay=cfg.rmsprop_decay, epsilon=cfg.rmsprop_epsilon, name="RMSPropActor")
+        critic_optimizer = v1.train.RMSPropOptimizer(
+            critic_lr, decay=cfg.rmsprop_decay, epsilon=cfg.rmsprop_epsilon, name="RMSPropCritic")
+        worker_nets = [ACNet(f"worker_{i}", spec, cfg, global_net, actor_optimizer, critic_optimizer)
+                       for i in range(cfg.workers)]
+    return global_net, worker_nets
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared bookkeeping: the only state the worker threads share besides the global net
+# ---------------------------------------------------------------------------------------------
+
+class EpisodeLog:
+    """Global counters and the per-episode record, guarded by one lock.
+
+    Every finished episode becomes one row of episodes.csv (flushed at once) and one TensorBoard
+    scalar set; `return` is always the environment's raw return.
+    """
+
+    def __init__(self, run_dir: str, cfg: Config, summary_writer):
+        self.cfg = cfg
+        self.lock = threading.Lock()
+        self.start_time = time.time()
+        self.env_steps = 0
+        self.episodes = 0
+        self.recent_returns = deque(maxlen=RUNNING_WINDOW)
+        self.best_running = -math.inf
+        self.summary_writer = summary_writer
+        self.csv_file = open(os.path.join(run_dir, "episodes.csv"), "w", newline="")
+        self.csv = csv.writer(self.csv_file)
+        self.csv.writerow(EPISODE_COLUMNS)
+        self.csv_file.flush()
+
+    def add_steps(self, count: int) -> None:
+        with self.lock:
+            self.env_steps += count
+
+    def budget_spent(self) -> bool:
+        cfg = self.cfg
+        return ((cfg.max_episodes is not None and self.episodes >= cfg.max_episodes)
+                or (cfg.max_steps is not None and self.env_steps >= cfg.max_steps))
+
+    def record(self, worker: int, episode_return: float, length: int, entropy: float,
+               grad_norm: float) -> None:
+        with self.lock:
+            if self.cfg.max_episodes is not None and self.episodes >= self.cfg.max_episodes:
+                return  # other workers finished the last episodes of the budget first
+            self.episodes += 1
+            self.recent_returns.append(episode_return)
+            running = float(np.mean(self.recent_returns))
+            if len(self.recent_returns) == RUNNING_WINDOW:
+                self.best_running = max(self.best_running, running)
+            wall = time.time() - self.start_time
+            self.csv.writerow([worker, self.episodes, self.env_steps, f"{wall:.3f}",
+                               f"{episode_return:.6g}", length, f"{running:.6g}",
+                               f"{entropy:.6g}", f"{grad_norm:.6g}"])
+            self.csv_file.flush()
+            summary = v1.Summary(value=[
+                v1.Summary.Value(tag="charts/episodic_return", simple_value=episode_return),
+                v1.Summary.Value(tag="charts/episodic_length", simple_value=length),
+                v1.Summary.Value(tag="charts/running_return", simple_value=running),
+                v1.Summary.Value(tag="losses/entropy", simple_value=entropy),
+                v1.Summary.Value(tag="losses/grad_norm", simple_value=grad_norm)])
+            self.summary_writer.add_summary(summary, self.env_steps)
+
+    def progress(self) -> dict:
+        with self.lock:
+            wall = time.time() - self.start_time
+            return dict(episodes=self.episodes, env_steps=self.env_steps, wall_s=wall,
+                        steps_per_s=self.env_steps / max(wall, 1e-9),
+                        running=float(np.mean(self.recent_returns)) if self.recent_returns else math.nan,
+                        best_running=self.best_running)
+
+    def close(self) -> None:
+        self.csv_file.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker loop
+# ---------------------------------------------------------------------------------------------
+
+class Worker:
+    """One thread's environments and local net, running the n-step rollout loop."""
+
+    def __init__(self, index: int, net: ACNet, env_id: str, spec: EnvSpec, cfg: Config):
+        self.index = index
+        self.name = f"worker_{index}"
+        self.net = net
+        self.spec = spec
+        self.cfg = cfg
+        self.envs = [make_env(env_id, cfg) for _ in range(cfg.envs_per_worker)]
+
+    def work(self, sess, coord, log: EpisodeLog) -> None:
+        cfg, net, envs = self.cfg, self.net, self.envs
+        T, E = cfg.n_steps, cfg.envs_per_worker
+        first_seed = cfg.seed * 1000 + self.index * E
+        obs = np.stack([env.reset(seed=first_seed + k)[0] for k, env in enumerate(envs)]).astype(np.float32)
+        for k, env in enumerate(envs):
+            env.action_space.seed(first_seed + k)
+
+        rollout_obs = np.zeros((T, E, self.spec.obs_dim), np.float32)
+        next_obs = np.zeros_like(rollout_obs)
+        rewards = np.zeros((T, E), np.float32)
+        terminated = np.zeros((T, E), np.float32)
+        ended = np.zeros((T, E), np.float32)
+        action_shape = (T, E) if self.spec.discrete else (T, E, self.spec.n_actions)
+        actions = np.zeros(action_shape, np.int32 if self.spec.discrete else np.float32)
+
+        episode_return = np.zeros(E)
+        episode_length = np.zeros(E, np.int64)
+        update_stats = np.zeros((E, 3))  # per env: sum of entropy, sum of grad norm, updates
+        act = sess.make_callable([net.policy.sample, net.policy.env_action], feed_list=[net.obs])
+        update = sess.make_callable([net.push_and_pull, net.entropy, net.grad_norm],
+                                    feed_list=[net.obs, net.actions, net.next_obs, net.rewards,
+                                               net.terminated, net.ended])
+        shift, scale = cfg.reward_shift, cfg.reward_scale
+        sess.run(net.pull)
+
+        while not coord.should_stop():
+            finished = []  # (env index, return, length) of episodes that ended in this rollout
+            for t in range(T):
+                rollout_obs[t] = obs
+                actions[t], env_actions = act(obs)
+                for k, env in enumerate(envs):
+                    o, r, term, trunc, _ = env.step(env_actions[k])
+                    rewards[t, k] = (r + shift) * scale
+                    terminated[t, k] = term
+                    ended[t, k] = term or trunc
+                    next_obs[t, k] = o
+                    episode_return[k] += r
+                    episode_length[k] += 1
+                    if term or trunc:
+                        finished.append((k, episode_return[k], episode_length[k]))
+                        episode_return[k] = 0.0
+                        episode_length[k] = 0
+                        o, _ = env.reset()
+                    obs[k] = o
+                log.add_steps(E)
+
+            _, entropy, grad_norm = update(
+                rollout_obs.reshape(T * E, -1), actions.reshape(T * E, *action_shape[2:]),
+                next_obs.reshape(T * E, -1), rewards, terminated, ended)
+            update_stats += (entropy, grad_norm, 1)
+            for k, ep_return, length in finished:
+                entropy_sum, norm_sum, count = update_stats[k]
+                log.record(self.index, float(ep_return), int(length), entropy_sum / count,
+                           norm_sum / count)
+                update_stats[k] = 0
+            if log.budget_spent():
+                coord.request_stop()
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The training driver
+# ---------------------------------------------------------------------------------------------
+
+def new_run_dir(results_dir: str, env_id: str, seed: int) -> str:
+    """results/<env>/<UTC timestamp>-s<seed>/, created fresh: an earlier run is never touched."""
+    env_folder = "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = os.path.join(results_dir, env_folder, f"{stamp}-s{seed}")
+    path, suffix = base, 1
+    while True:
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:
+            suffix += 1
+            path = f"{base}-{suffix}"
+
+
+def versions() -> dict:
+    return {"python": sys.version.split()[0], "tensorflow": tf.__version__,
+            "gymnasium": gym.__version__, "numpy": np.__version__}
+
+
+def session_config():
+    return v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+
+
+def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: bool = True,
+          out=sys.stdout) -> dict:
+    """Train, writing everything into a new run folder; returns a summary dict.
+
+    Raises UsageError before anything is written when the env or config cannot work, and
+    re-raises a worker's exception (after saving the CSV and plot) when a worker fails.
+    """
+    cfg.validate()
+    probe = make_env(env_id, cfg)
+    spec = env_spec(probe, env_id)
+    probe.close()
+
+    graph = tf.Graph()
+    with graph.as_default():
+        v1.set_random_seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        global_net, worker_nets = build_graph(spec, cfg)
+        init = v1.global_variables_initializer()
+    workers = [Worker(i, net, env_id, spec, cfg) for i, net in enumerate(worker_nets)]
+
+    run_dir = new_run_dir(results_dir, env_id, cfg.seed)
+    actor_lr, critic_lr = learning_rates(cfg)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({"env": env_id, "config": dataclasses.asdict(cfg),
+                   "effective_actor_lr": actor_lr, "effective_critic_lr": critic_lr,
+                   "argv": sys.argv, "versions": versions()}, f, indent=2)
+    summary_writer = v1.summary.FileWriter(run_dir, graph)
+    log = EpisodeLog(run_dir, cfg, summary_writer)
+    print(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs; "
+          f"results in {run_dir}", file=out, flush=True)
+
+    sess = v1.Session(graph=graph, config=session_config())
+    sess.run(init)
+    coord = v1.train.Coordinator()
+    threads = []
+    for worker in workers:
+        def run(worker=worker):  # bind this worker now, not the loop variable's last value
+            with coord.stop_on_exception():
+                try:
+                    worker.work(sess, coord, log)
+                except Exception as exc:
+                    raise WorkerError(f"{worker.name} raised {type(exc).__name__}: {exc}") from exc
+        thread = threading.Thread(target=run, name=worker.name, daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    error = None
+    interrupted = False
+    try:
+        while not coord.wait_for_stop(cfg.log_every_s):
+            print(progress_line(log.progress()), file=out, flush=True)
+        coord.join(threads, stop_grace_period_secs=30)
+    except KeyboardInterrupt:
+        interrupted = True
+        coord.request_stop()
+        coord.join(threads, stop_grace_period_secs=30, ignore_live_threads=True)
+    except Exception as exc:  # a worker raised: the Coordinator stopped the others
+        error = exc
+    finally:
+        log.close()
+        summary_writer.close()
+        sess.close()
+        for worker in workers:
+            worker.close()
+
+    final = log.progress()
+    plot_path = plot_rewards(run_dir, env_id, show=show_plot and error is None and not interrupted)
+    final.update(run_dir=run_dir, plot=plot_path, interrupted=interrupted)
+    how = "interrupted" if interrupted else ("stopped by an error" if error else "done")
+    print(f"{how}: {final['episodes']} episodes, {final['env_steps']:,} env steps in "
+          f"{final['wall_s']:.1f} s ({final['steps_per_s']:,.0f} steps/s); "
+          f"mean-100 return {final['running']:.1f}, best {final['best_running']:.1f}; "
+          f"results in {run_dir}", file=out, flush=True)
+    if error is not None:
+        raise error
+    return final
+
+
+def progress_line(p: dict) -> str:
+    best = f"{p['best_running']:.1f}" if math.isfinite(p["best_running"]) else "n/a"
+    return (f"episodes {p['episodes']:>6} | env steps {p['env_steps']:>10,} | "
+            f"{p['steps_per_s']:>7,.0f} steps/s | mean-100 return {p['running']:8.1f} | "
+            f"best mean-100 {best} | {p['wall_s']:.0f} s")
+
+
+def display_available() -> bool:
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return True
+
+
+def plot_rewards(run_dir: str, env_id: str, show: bool) -> str:
+    """rewards.png: raw returns and the mean-100 against episodes and against env steps."""
+    import matplotlib
+    if not (show and display_available()):
+        matplotlib.use("Agg")  # never block or fail a headless run
+        show = False
+    import matplotlib.pyplot as plt
+
+    rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, x_key, x_label in ((axes[0], "episode", "episode"), (axes[1], "env_steps", "env steps")):
+        x = rows[x_key]
+        ax.plot(x, rows["return"], color="tab:blue", alpha=0.3, linewidth=0.8, label="episode return")
+        ax.plot(x, rows["running_return"], color="tab:blue", linewidth=2, label="mean of last 100")
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("raw return")
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right")
+    fig.suptitle(f"A3C on {env_id}: {os.path.basename(run_dir)}")
+    fig.tight_layout()
+    path = os.path.join(run_dir, "rewards.png")
+    fig.savefig(path, dpi=100)
+    if show:
+        plt.show()
+    plt.close(fig)
+    return path
+
+
+def read_episodes(path: str) -> dict:
+    """episodes.csv as a dict of NumPy columns."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {name: np.array([float(row[name]) for row in rows]) for name in EPISODE_COLUMNS}
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description="Threaded A3C (TF1 graph mode) on a gymnasium environment. "
+                    "Hyperparameters live in config.py; any field can be set with --set.")
+    parser.add_argument("--env", default="Pendulum-v1", help="gymnasium id (default Pendulum-v1); "
+                        "'module:Env-v0' imports module first")
+    parser.add_argument("--workers", type=int, help="worker threads (config: workers)")
+    parser.add_argument("--max-episodes", type=int, help="stop after this many episodes "
+                        "(config: max_episodes; 0 means no limit)")
+    parser.add_argument("--max-steps", type=int, help="stop after this many global env steps "
+                        "(config: max_steps; 0 means no limit)")
+    parser.add_argument("--seed", type=int, help="random seed (config: seed)")
+    parser.add_argument("--results-dir", default="results", help="where run folders go (default results/)")
+    parser.add_argument("--no-plot", action="store_true", help="don't open the plot window "
+                        "(rewards.png is saved anyway)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a field of config.py, e.g. --set actor_lr=3e-4 (repeatable)")
+    return parser.parse_args(argv)
+
+
+def config_from_args(args) -> Config:
+    cfg = config_module.config_for(args.env)
+    overrides = {}
+    for item in args.set:
+        if "=" not in item:
+            raise UsageError(f"--set needs KEY=VALUE, got '{item}'")
+        key, text = item.split("=", 1)
+        try:
+            overrides[key.strip()] = config_module.parse_value(key.strip(), text)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    for flag, key in (("workers", "workers"), ("seed", "seed")):
+        if getattr(args, flag) is not None:
+            overrides[key] = getattr(args, flag)
+    for flag, key in (("max_episodes", "max_episodes"), ("max_steps", "max_steps")):
+        value = getattr(args, flag)
+        if value is not None:
+            if value < 0:
+                raise UsageError(f"--{flag.replace('_', '-')} must be >= 0, got {value}")
+            overrides[key] = value or None
+    cfg = dataclasses.replace(cfg, **overrides)
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        raise UsageError(f"bad config: {exc}") from None
+    return cfg
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        summary = train(args.env, cfg, args.results_dir, show_plot=not args.no_plot)
+    except UsageError as exc:
+        print(f"a3c.py: error: {exc}", file=sys.stderr)
+        return 2
+    except WorkerError as exc:
+        print(f"a3c.py: error: training stopped: {exc}", file=sys.stderr)
+        return 1
+    return 130 if summary["interrupted"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

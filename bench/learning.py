@@ -1,0 +1,153 @@
+"""Learning benchmark: several seeds per environment with the default presets.
+
+    python bench/learning.py                          # Pendulum, CartPole, Acrobot; seeds 1 2 3
+    python bench/learning.py --envs Pendulum-v1 --seeds 11 12 13 --set n_steps=10 --no-save
+
+For each run it reports when the mean of the last 100 raw episode returns first reached the
+target (episode, env steps, wall seconds), the final and best mean-100 and the throughput; then
+the median over seeds. Writes results/learning.md and results/learning_<env>.png (mean and
+min..max band of the mean-100 curve over seeds), unless --no-save. Runs one training at a time:
+on a 2-core machine two benchmarks side by side measure each other.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import a3c  # noqa: E402
+import config as config_module  # noqa: E402
+
+# target mean-100 return and the episode budget it must be reached within (issue #2)
+TARGETS = {"Pendulum-v1": (-200.0, 1000), "CartPole-v1": (475.0, 1500), "Acrobot-v1": (-100.0, 1500)}
+
+
+def first_reach(rows: dict, target: float):
+    """Index of the first episode whose mean-100 (over a full window) reached the target, or None."""
+    full = np.arange(len(rows["episode"])) >= a3c.RUNNING_WINDOW - 1
+    hits = np.nonzero(full & (rows["running_return"] >= target))[0]
+    return int(hits[0]) if len(hits) else None
+
+
+def run_one(env_id: str, seed: int, overrides: dict, workdir: str) -> dict:
+    target, budget = TARGETS.get(env_id, (np.inf, 1000))
+    cfg = dataclasses.replace(config_module.config_for(env_id), seed=seed, max_episodes=budget,
+                              **overrides)
+    summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
+    rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+    hit = first_reach(rows, target)
+    return dict(env=env_id, seed=seed, rows=rows, steps_per_s=summary["steps_per_s"],
+                wall_s=summary["wall_s"], env_steps=summary["env_steps"],
+                final=float(rows["running_return"][-1]),
+                best=float(np.max(rows["running_return"][a3c.RUNNING_WINDOW - 1:], initial=-np.inf)),
+                hit_episode=None if hit is None else int(rows["episode"][hit]),
+                hit_steps=None if hit is None else int(rows["env_steps"][hit]),
+                hit_wall=None if hit is None else float(rows["wall_s"][hit]))
+
+
+def fmt(value, spec="{:,.0f}"):
+    return "never" if value is None else spec.format(value)
+
+
+def median_or_never(values):
+    """Median over seeds, where a seed that never reached the target counts as infinitely late."""
+    ranked = sorted(np.inf if v is None else v for v in values)
+    m = float(np.median(ranked))
+    return None if not np.isfinite(m) else m
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| env | seed | target (mean-100) | reached at episode | env steps | wall s | "
+             "final mean-100 | best mean-100 | env steps/s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for env_id in dict.fromkeys(r["env"] for r in results):
+        runs = [r for r in results if r["env"] == env_id]
+        target, budget = TARGETS.get(env_id, (np.inf, 0))
+        for r in runs:
+            lines.append(f"| {env_id} | {r['seed']} | {target:g} in {budget} ep | "
+                         f"{fmt(r['hit_episode'])} | {fmt(r['hit_steps'])} | "
+                         f"{fmt(r['hit_wall'], '{:.1f}')} | {r['final']:.1f} | {r['best']:.1f} | "
+                         f"{r['steps_per_s']:,.0f} |")
+        lines.append(f"| **{env_id}** | **median** | | "
+                     f"**{fmt(median_or_never([r['hit_episode'] for r in runs]))}** | "
+                     f"**{fmt(median_or_never([r['hit_steps'] for r in runs]))}** | "
+                     f"**{fmt(median_or_never([r['hit_wall'] for r in runs]), '{:.1f}')}** | "
+                     f"{np.median([r['final'] for r in runs]):.1f} | "
+                     f"{np.median([r['best'] for r in runs]):.1f} | "
+                     f"{np.median([r['steps_per_s'] for r in runs]):,.0f} |")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], env_id: str, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in results if r["env"] == env_id]
+    length = min(len(r["rows"]["running_return"]) for r in runs)
+    curves = np.stack([r["rows"]["running_return"][:length] for r in runs])
+    episodes = np.arange(1, length + 1)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in runs:
+        ax.plot(r["rows"]["episode"], r["rows"]["return"], alpha=0.12, linewidth=0.6)
+    ax.fill_between(episodes, curves.min(0), curves.max(0), alpha=0.3, color="tab:blue",
+                    label=f"min..max over {len(runs)} seeds")
+    ax.plot(episodes, curves.mean(0), color="tab:blue", linewidth=2, label="mean of the mean-100")
+    target = TARGETS.get(env_id, (None,))[0]
+    if target is not None and np.isfinite(target):
+        ax.axhline(target, color="tab:red", linestyle="--", linewidth=1, label=f"target {target:g}")
+    ax.set_xlabel("episode")
+    ax.set_ylabel("raw return (thin: episodes; band: mean-100)")
+    ax.set_title(f"A3C on {env_id}, default preset, seeds {', '.join(str(r['seed']) for r in runs)}")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", nargs="+", default=list(TARGETS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field for every run (tuning)")
+    parser.add_argument("--out", default="results", help="where learning.md and the plots go")
+    parser.add_argument("--no-save", action="store_true", help="print the table only")
+    args = parser.parse_args(argv)
+    overrides = {}
+    for item in args.set:
+        key, text = item.split("=", 1)
+        overrides[key] = config_module.parse_value(key, text)
+
+    results = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for env_id in args.envs:
+            for seed in args.seeds:
+                r = run_one(env_id, seed, overrides, workdir)
+                results.append(r)
+                print(f"{env_id} seed {seed}: reached at episode {fmt(r['hit_episode'])}, "
+                      f"final mean-100 {r['final']:.1f}, {r['steps_per_s']:,.0f} steps/s, "
+                      f"{r['wall_s']:.0f} s", flush=True)
+    text = table(results)
+    print(text)
+    if not args.no_save:
+        os.makedirs(args.out, exist_ok=True)
+        settings = ", ".join(args.set) or "none"
+        with open(os.path.join(args.out, "learning.md"), "w") as f:
+            f.write(f"# Learning benchmark\n\n`python bench/learning.py` (overrides: {settings}); "
+                    f"versions: {a3c.versions()}.\n\n{text}\n")
+        for env_id in args.envs:
+            plot(results, env_id, os.path.join(args.out, f"learning_{env_id}.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

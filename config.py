@@ -1,0 +1,174 @@
+"""Every hyperparameter of the A3C trainer, in one documented dataclass, plus per-environment presets.
+
+`a3c.py` reads nothing else: the command line only overrides fields of `Config`
+(`--workers 8` is a shortcut for `--set workers=8`). A field's comment says what it does and
+where its default comes from. Each run writes the effective values to `config.json`.
+
+Edit a preset below, or override one field for one run:
+    python a3c.py --env Pendulum-v1 --set actor_lr=3e-4 --set n_steps=10
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class Config:
+    # --- the run ---------------------------------------------------------------------------
+    workers: int = 8
+    """Worker threads, each with its own local ACNet and its own environments (A3C paper: 16)."""
+    envs_per_worker: int = 1
+    """Environments each worker steps together; one session call chooses all their actions and
+    one push carries all their n-step rollouts. 1 is the classic A3C worker."""
+    max_episodes: Optional[int] = 1000
+    """Stop after this many finished episodes over all workers (None: no episode limit)."""
+    max_steps: Optional[int] = None
+    """Stop after this many environment steps over all workers (None: no step limit)."""
+    seed: int = 1
+    """Seeds TensorFlow's graph, NumPy and every environment (env k of worker w gets
+    seed*1000 + w*envs_per_worker + k). Threads still interleave nondeterministically."""
+    max_episode_steps: Optional[int] = None
+    """Time limit of an episode; None keeps the environment's own (Pendulum-v1: 200 steps).
+    Reaching it truncates the episode, and the n-step return bootstraps from V(s) there."""
+
+    # --- the A3C update --------------------------------------------------------------------
+    gamma: float = 0.99
+    """Discount factor (A3C paper: 0.99)."""
+    n_steps: int = 5
+    """Rollout length: each push carries n steps per environment, every step's return
+    bootstrapped at most n steps ahead (A3C paper: t_max = 5)."""
+    entropy_beta: float = 0.01
+    """Weight of the entropy bonus in the actor loss (A3C paper: 0.01)."""
+    clip_norm: float = 40.0
+    """Actor and critic gradients are each clipped to this global norm before a push
+    (universe-starter-agent and the A3C tutorials: 40)."""
+
+    # --- optimisers: two RMSProps on the global net, one for the actor, one for the critic --
+    actor_lr: float = 1e-4
+    """Actor learning rate (the classic TF1 tutorial: 1e-4)."""
+    critic_lr: float = 1e-3
+    """Critic learning rate (the classic TF1 tutorial: 1e-3)."""
+    scale_lr_with_workers: bool = False
+    """Divide both learning rates by sqrt(workers): more workers push more often, so each push
+    should move less (a practitioners' rule of thumb)."""
+    rmsprop_decay: float = 0.99
+    """RMSProp's moving-average decay (A3C paper: 0.99; TF's default 0.9)."""
+    rmsprop_epsilon: float = 1e-5
+    """RMSProp's epsilon (OpenAI baselines: 1e-5; TF's default 1e-10 makes early steps huge)."""
+
+    # --- networks (separate actor and critic MLPs, as in the classic tutorial) --------------
+    actor_hidden: tuple = (200,)
+    """Hidden layer sizes of the actor (ReLU)."""
+    critic_hidden: tuple = (100,)
+    """Hidden layer sizes of the critic (ReLU)."""
+    sigma_from_state: bool = True
+    """Continuous actions: the standard deviation is an output of the actor (True, as in the A3C
+    paper) or one learned parameter per action dimension (False, as in PPO and SB3's A2C)."""
+    initial_sigma: float = 0.7
+    """Continuous actions: the standard deviation at the start, as a fraction of half the action
+    range (0.7 is softplus(0) + floor, what a zero-initialised layer gives)."""
+    sigma_floor: float = 0.01
+    """Continuous actions: the smallest standard deviation, as a fraction of half the action
+    range, so that the policy never collapses to a point and log-probs stay finite."""
+
+    # --- rewards (applied to learning only; logs always show the environment's raw returns) -
+    reward_shift: float = 0.0
+    """Learning reward is (r + reward_shift) * reward_scale."""
+    reward_scale: float = 1.0
+    """See reward_shift."""
+
+    # --- output ----------------------------------------------------------------------------
+    log_every_s: float = 5.0
+    """Seconds between progress lines on the console."""
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field whose value cannot work."""
+        positive_ints = ("workers", "envs_per_worker", "n_steps")
+        for name in positive_ints:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_episodes", "max_steps", "max_episode_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if self.max_episodes is None and self.max_steps is None:
+            raise ValueError("set max_episodes or max_steps, or the run never ends")
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if self.initial_sigma <= self.sigma_floor:
+            raise ValueError(f"initial_sigma must be > sigma_floor ({self.sigma_floor}), "
+                             f"got {self.initial_sigma}")
+        for name in ("actor_lr", "critic_lr", "clip_norm", "rmsprop_epsilon", "sigma_floor",
+                     "reward_scale", "log_every_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.entropy_beta < 0:
+            raise ValueError(f"entropy_beta must be >= 0, got {self.entropy_beta}")
+        if not 0.0 <= self.rmsprop_decay < 1.0:
+            raise ValueError(f"rmsprop_decay must be in [0, 1), got {self.rmsprop_decay}")
+        for name in ("actor_hidden", "critic_hidden"):
+            sizes = getattr(self, name)
+            if not sizes or any(int(s) < 1 for s in sizes):
+                raise ValueError(f"{name} needs one or more layer sizes >= 1, got {sizes}")
+
+
+# Per-environment presets: only the fields that differ from the defaults above.
+# Tuned on seeds 11-13; the learning benchmark (bench/learning.py) reports seeds 1-3.
+PRESETS: dict[str, dict] = {
+    "Pendulum-v1": dict(
+        gamma=0.9,            # the task only needs a short horizon; 0.99 learns far slower
+        reward_shift=8.0,     # r in [-16.3, 0] -> about [-1, 1]
+        reward_scale=1 / 8,
+        max_episodes=1000,
+    ),
+    "CartPole-v1": dict(
+        max_episodes=1500,
+    ),
+    "Acrobot-v1": dict(
+        max_episodes=1500,
+    ),
+}
+
+
+def config_for(env_id: str) -> Config:
+    """The defaults with the env's preset applied (any other env id gets the plain defaults)."""
+    return dataclasses.replace(Config(), **PRESETS.get(env_id, {}))
+
+
+def field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(Config)]
+
+
+def parse_value(name: str, text: str):
+    """Turn the text of `--set name=text` into a value of the field's type (ValueError if not)."""
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    if name not in fields:
+        raise ValueError(f"unknown config key '{name}'; known keys: {', '.join(fields)}")
+    kind = fields[name].type
+    text = text.strip()
+    if kind.startswith("Optional") and text.lower() in ("none", ""):
+        return None
+    try:
+        if "bool" in kind:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if "int" in kind:
+            number = float(text)
+            if not number.is_integer():
+                raise ValueError
+            return int(number)
+        if "float" in kind:
+            return float(text)
+        if "tuple" in kind:
+            return tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+    except ValueError:
+        pass
+    else:
+        return text
+    raise ValueError(f"bad value for {name}: '{text}' is not a valid {kind}")

@@ -1,0 +1,73 @@
+"""Small real gymnasium environments that exercise corners of the trainer.
+
+Registered on import (conftest.py imports this module) under the ids below.
+"""
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class CountdownEnv(gym.Env):
+    """Reward 1 per step; terminates after 10 steps. Its raw return is always exactly 10."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.array([self.t / 10, 0.0], np.float32)
+        return obs, 1.0, self.t >= 10, False, {}
+
+
+class FailingEnv(CountdownEnv):
+    """Raises on its 30th step when its first reset seed ends in 001 (that is worker_1's env)."""
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.doomed = seed % 1000 == 1
+            self.steps = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps += 1
+        if self.doomed and self.steps >= 30:
+            raise RuntimeError("the simulator crashed")
+        return super().step(action)
+
+
+class BoxActionEnv(gym.Env):
+    """Asymmetric 3-d Box actions; records every action it receives so tests can check bounds."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = spaces.Box(np.array([-1.0, 0.0, 5.0], np.float32),
+                              np.array([2.0, 0.5, 10.0], np.float32))
+    received = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.uniform(-1, 1, 4).astype(np.float32), {}
+
+    def step(self, action):
+        BoxActionEnv.received.append(np.array(action, dtype=np.float32))
+        self.t += 1
+        obs = self.np_random.uniform(-1, 1, 4).astype(np.float32)
+        return obs, -float(np.sum(np.square(action))), False, self.t >= 20, {}
+
+
+class MultiDiscreteEnv(CountdownEnv):
+    action_space = spaces.MultiDiscrete([3, 2])
+
+
+class ImageEnv(CountdownEnv):
+    observation_space = spaces.Box(0, 255, (84, 84, 3), np.uint8)
+
+
+for name, cls in (("Countdown", CountdownEnv), ("Failing", FailingEnv), ("BoxAction", BoxActionEnv),
+                  ("MultiDiscrete", MultiDiscreteEnv), ("Image", ImageEnv)):
+    gym.register(f"A3CTest/{name}-v0", entry_point=cls)

@@ -1,0 +1,208 @@
+"""The pieces of the A3C graph against hand-computed and closed-form values."""
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import a3c
+from config import Config
+
+v1 = tf.compat.v1
+
+
+def evaluate(tensor_fn):
+    with tf.Graph().as_default():
+        out = tensor_fn()
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            return sess.run(out)
+
+
+def returns_of(rewards, next_values, terminated, ended, gamma):
+    as_tensor = lambda a: tf.constant(np.asarray(a, np.float32))  # noqa: E731
+    return evaluate(lambda: a3c.n_step_returns(as_tensor(rewards), as_tensor(next_values),
+                                               as_tensor(terminated), as_tensor(ended), gamma))
+
+
+def column(values):
+    return [[v] for v in values]
+
+
+def test_n_step_returns_bootstrap_from_the_last_value_when_nothing_ends():
+    got = returns_of(column([1, 2, 3]), column([10, 20, 30]), column([0, 0, 0]), column([0, 0, 0]), 0.5)
+    # R2 = 3 + .5*30 = 18; R1 = 2 + .5*18 = 11; R0 = 1 + .5*11 = 6.5
+    np.testing.assert_allclose(got[:, 0], [6.5, 11.0, 18.0], rtol=1e-6)
+
+
+def test_n_step_returns_use_zero_after_a_real_termination():
+    # the episode terminates at step 1; step 2 belongs to the next episode
+    got = returns_of(column([1, 2, 3]), column([10, 20, 30]), column([0, 1, 0]), column([0, 1, 0]), 0.5)
+    # R2 = 3 + .5*30 = 18; R1 = 2 (terminal: nothing after it); R0 = 1 + .5*2 = 2
+    np.testing.assert_allclose(got[:, 0], [2.0, 2.0, 18.0], rtol=1e-6)
+
+
+def test_n_step_returns_bootstrap_from_the_cut_state_at_a_time_limit():
+    # truncated at step 1: bootstrap from V(final obs of step 1) = 20, not from the next episode
+    got = returns_of(column([1, 2, 3]), column([10, 20, 30]), column([0, 0, 0]), column([0, 1, 0]), 0.5)
+    # R2 = 18; R1 = 2 + .5*20 = 12; R0 = 1 + .5*12 = 7
+    np.testing.assert_allclose(got[:, 0], [7.0, 12.0, 18.0], rtol=1e-6)
+
+
+def test_n_step_returns_keep_environments_apart():
+    rewards = [[1, 1], [1, 1]]
+    next_values = [[4, 8], [2, 6]]
+    terminated = [[0, 1], [0, 0]]
+    ended = [[0, 1], [1, 0]]
+    got = returns_of(rewards, next_values, terminated, ended, 0.9)
+    # env 0: truncated at the last step -> R1 = 1 + .9*2 = 2.8, R0 = 1 + .9*2.8 = 3.52
+    # env 1: terminated at step 0 -> R0 = 1; R1 = 1 + .9*6 = 6.4
+    np.testing.assert_allclose(got, [[3.52, 1.0], [2.8, 6.4]], rtol=1e-6)
+
+
+def box_spec(low, high, obs_dim=4):
+    low, high = np.array(low, np.float32), np.array(high, np.float32)
+    return a3c.EnvSpec("test", obs_dim, False, len(low), low, high)
+
+
+def discrete_spec(n, obs_dim=4):
+    return a3c.EnvSpec("test", obs_dim, True, n, None, None)
+
+
+def test_gaussian_log_prob_and_entropy_match_closed_form():
+    spec = box_spec([-1.0, 0.0, 5.0], [2.0, 0.5, 10.0])
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(6, 4)).astype(np.float32)
+    actions = rng.uniform(-1, 10, size=(6, 3)).astype(np.float32)
+
+    def build():
+        x = tf.constant(obs)
+        policy = a3c.build_actor(x, spec, Config())
+        return policy.mean, policy.sigma, policy.log_prob(tf.constant(actions)), policy.entropy
+
+    mean, sigma, log_prob, entropy = evaluate(build)
+    expected_log_prob = np.sum(-0.5 * ((actions - mean) / sigma) ** 2 - np.log(sigma)
+                               - 0.5 * np.log(2 * np.pi), axis=1)
+    expected_entropy = np.sum(0.5 * np.log(2 * np.pi * np.e * sigma ** 2), axis=1)
+    np.testing.assert_allclose(log_prob, expected_log_prob, rtol=1e-5)
+    np.testing.assert_allclose(entropy, expected_entropy, rtol=1e-5)
+    assert np.all(mean > spec.action_low) and np.all(mean < spec.action_high)
+    assert np.all(sigma >= Config().sigma_floor * (spec.action_high - spec.action_low) / 2)
+
+
+def test_softmax_log_prob_and_entropy_match_closed_form():
+    rng = np.random.default_rng(1)
+    obs = rng.normal(size=(5, 4)).astype(np.float32) * 50  # large inputs: far from uniform
+    actions = rng.integers(0, 3, size=5).astype(np.int32)
+
+    def build():
+        policy = a3c.build_actor(tf.constant(obs), discrete_spec(3), Config(actor_hidden=(16,)))
+        return policy.logits, policy.log_prob(tf.constant(actions)), policy.entropy
+
+    logits, log_prob, entropy = evaluate(build)
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(log_prob, np.log(p[np.arange(5), actions]), rtol=1e-5)
+    np.testing.assert_allclose(entropy, -np.sum(p * np.log(p), axis=1), rtol=1e-5)
+
+
+def test_sampled_actions_stay_within_asymmetric_multidimensional_bounds():
+    spec = box_spec([-1.0, 0.0, 5.0], [2.0, 0.5, 10.0])
+    obs = np.random.default_rng(2).normal(size=(5000, 4)).astype(np.float32) * 100
+
+    def build():
+        # a wide sigma floor, so that most raw samples fall outside the bounds
+        policy = a3c.build_actor(tf.constant(obs), spec, Config(sigma_floor=2.0, initial_sigma=3.0))
+        return policy.sample, policy.env_action, policy.greedy_action
+
+    sample, env_action, greedy = evaluate(build)
+    assert np.mean((sample < spec.action_low) | (sample > spec.action_high)) > 0.2
+    for actions in (env_action, greedy):
+        assert actions.shape == (5000, 3)
+        assert np.all(actions >= spec.action_low) and np.all(actions <= spec.action_high)
+    # the clip only touches samples outside the box
+    inside = np.all((sample >= spec.action_low) & (sample <= spec.action_high), axis=1)
+    np.testing.assert_array_equal(env_action[inside], sample[inside])
+
+
+def build_for_update(spec, cfg):
+    graph = tf.Graph()
+    with graph.as_default():
+        global_net, workers = a3c.build_graph(spec, cfg)
+        init = v1.global_variables_initializer()
+    sess = v1.Session(graph=graph)
+    sess.run(init)
+    return sess, global_net, workers
+
+
+def rollout_feed(net, spec, cfg, rng):
+    T, E = cfg.n_steps, cfg.envs_per_worker
+    if spec.discrete:
+        actions = rng.integers(0, spec.n_actions, size=T * E).astype(np.int32)
+    else:
+        actions = rng.uniform(spec.action_low, spec.action_high, (T * E, spec.n_actions)).astype(np.float32)
+    return {net.obs: rng.normal(size=(T * E, spec.obs_dim)).astype(np.float32),
+            net.actions: actions,
+            net.next_obs: rng.normal(size=(T * E, spec.obs_dim)).astype(np.float32),
+            net.rewards: rng.normal(size=(T, E)).astype(np.float32),
+            net.terminated: np.zeros((T, E), np.float32),
+            net.ended: np.zeros((T, E), np.float32)}
+
+
+@pytest.mark.parametrize("spec", [box_spec([-2.0], [2.0]), discrete_spec(3)], ids=["box", "discrete"])
+def test_push_changes_the_global_net_and_pull_makes_local_equal_global(spec):
+    cfg = Config(workers=2, envs_per_worker=2, n_steps=3, actor_hidden=(8,), critic_hidden=(8,))
+    sess, global_net, workers = build_for_update(spec, cfg)
+    global_params = global_net.actor_params + global_net.critic_params
+    worker = workers[0]
+    local_params = worker.actor_params + worker.critic_params
+    other_params = workers[1].actor_params + workers[1].critic_params
+
+    before = sess.run(global_params)
+    sess.run(worker.push, rollout_feed(worker, spec, cfg, np.random.default_rng(3)))
+    after = sess.run(global_params)
+    unmoved = [v.name for v, b, a in zip(global_params, before, after) if np.array_equal(b, a)]
+    assert not unmoved, "every global variable moves"
+    assert not all(np.allclose(l, g) for l, g in zip(sess.run(local_params), after))
+
+    sess.run(worker.pull)
+    for local, glob in zip(sess.run(local_params), sess.run(global_params)):
+        np.testing.assert_array_equal(local, glob)
+
+    # the fused push-and-pull leaves this worker equal to the global net it just updated
+    sess.run(workers[1].pull)
+    sess.run(worker.push_and_pull, rollout_feed(worker, spec, cfg, np.random.default_rng(4)))
+    newest = sess.run(global_params)
+    for local, glob in zip(sess.run(local_params), newest):
+        np.testing.assert_array_equal(local, glob)
+    assert not all(np.allclose(o, g) for o, g in zip(sess.run(other_params), newest))
+    sess.close()
+
+
+def test_gradients_are_clipped_to_the_configured_global_norm():
+    spec = discrete_spec(2)
+    cfg = Config(workers=1, n_steps=4, clip_norm=1e-3, actor_hidden=(8,), critic_hidden=(8,))
+    sess, global_net, (worker,) = build_for_update(spec, cfg)
+    feed = rollout_feed(worker, spec, cfg, np.random.default_rng(5))
+    feed[worker.rewards] = feed[worker.rewards] * 1000  # huge advantages: huge raw gradients
+    with sess.graph.as_default():
+        clipped = [tf.linalg.global_norm(worker.actor_grads), tf.linalg.global_norm(worker.critic_grads)]
+    raw_norm, (actor_norm, critic_norm) = sess.run([worker.grad_norm, clipped], feed)
+    assert raw_norm > 1.0, "the reported norm is the one before clipping"
+    assert actor_norm == pytest.approx(1e-3, rel=1e-3)
+    assert critic_norm == pytest.approx(1e-3, rel=1e-3)
+    sess.close()
+
+
+def test_learning_rates_are_divided_by_sqrt_workers_when_asked():
+    spec = discrete_spec(2)
+    cfg = Config(workers=4, actor_lr=0.1, critic_lr=0.2, scale_lr_with_workers=True,
+                 actor_hidden=(4,), critic_hidden=(4,))
+    graph = tf.Graph()
+    with graph.as_default():
+        a3c.build_graph(spec, cfg)
+        names = {op.name for op in graph.get_operations()}
+    assert any("RMSPropActor" in n for n in names) and any("RMSPropCritic" in n for n in names)
+    assert a3c.learning_rates(cfg) == pytest.approx((0.05, 0.1))
+    assert a3c.learning_rates(dataclasses.replace(cfg, scale_lr_with_workers=False)) == (0.1, 0.2)
