@@ -29,10 +29,27 @@ import threading
 import time
 from collections import deque
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ start-up chatter
 import gymnasium as gym
 import numpy as np
-import tensorflow as tf
+
+
+def import_tensorflow_quietly():
+    """Import TensorFlow without its C++ start-up lines (oneDNN, CUDA probing): they are written
+    to stderr before any logging setting applies, so stderr is silenced for the import alone."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        import tensorflow
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    return tensorflow
+
+
+tf = import_tensorflow_quietly()
 
 import config as config_module
 from config import Config
@@ -232,6 +249,7 @@ class ACNet:
 
     def _build_update(self, spec, cfg, global_net, actor_optimizer, critic_optimizer):
         T, E = cfg.n_steps, cfg.envs_per_worker
+        self.lr_fraction = global_net.lr_fraction
         self.actions = self.policy.action_placeholder(spec)
         self.next_obs = v1.placeholder(tf.float32, [T * E, spec.obs_dim], "next_obs")
         self.rewards = v1.placeholder(tf.float32, [T, E], "rewards")
@@ -276,10 +294,14 @@ def build_graph(spec: EnvSpec, cfg: Config):
     actor_lr, critic_lr = learning_rates(cfg)
     with tf.device("/cpu:0"):
         global_net = ACNet("global", spec, cfg)
+        # the fraction of the learning rates in force; workers feed 1 - budget used when annealing
+        global_net.lr_fraction = v1.placeholder_with_default(1.0, [], "lr_fraction")
         actor_optimizer = v1.train.RMSPropOptimizer(
-            actor_lr, decay=cfg.rmsprop_decay, epsilon=cfg.rmsprop_epsilon, name="RMSPropActor")
+            actor_lr * global_net.lr_fraction, decay=cfg.rmsprop_decay, epsilon=cfg.rmsprop_epsilon,
+            name="RMSPropActor")
         critic_optimizer = v1.train.RMSPropOptimizer(
-            critic_lr, decay=cfg.rmsprop_decay, epsilon=cfg.rmsprop_epsilon, name="RMSPropCritic")
+            critic_lr * global_net.lr_fraction, decay=cfg.rmsprop_decay, epsilon=cfg.rmsprop_epsilon,
+            name="RMSPropCritic")
         worker_nets = [ACNet(f"worker_{i}", spec, cfg, global_net, actor_optimizer, critic_optimizer)
                        for i in range(cfg.workers)]
     return global_net, worker_nets
@@ -314,10 +336,11 @@ class EpisodeLog:
         with self.lock:
             self.env_steps += count
 
-    def budget_spent(self) -> bool:
+    def budget_used(self) -> float:
+        """The fraction of the run's budget (episodes or env steps, whichever is further) used."""
         cfg = self.cfg
-        return ((cfg.max_episodes is not None and self.episodes >= cfg.max_episodes)
-                or (cfg.max_steps is not None and self.env_steps >= cfg.max_steps))
+        return max(self.episodes / cfg.max_episodes if cfg.max_episodes else 0.0,
+                   self.env_steps / cfg.max_steps if cfg.max_steps else 0.0)
 
     def record(self, worker: int, episode_return: float, length: int, entropy: float,
                grad_norm: float) -> None:
@@ -369,8 +392,19 @@ class Worker:
         self.cfg = cfg
         self.envs = [make_env(env_id, cfg) for _ in range(cfg.envs_per_worker)]
 
-    def work(self, sess, coord, log: EpisodeLog) -> None:
-        cfg, net, envs = self.cfg, self.net, self.envs
+    def prepare(self, sess) -> None:
+        """Build this worker's two session calls and pull the global parameters. TensorFlow
+        prepares a callable's executors when it is made, so this runs before the clock starts."""
+        net = self.net
+        self.act = sess.make_callable([net.policy.sample, net.policy.env_action], feed_list=[net.obs])
+        self.update = sess.make_callable(
+            [net.push_and_pull, net.entropy, net.grad_norm],
+            feed_list=[net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
+                       net.lr_fraction])
+        sess.run(net.pull)
+
+    def work(self, coord, log: EpisodeLog) -> None:
+        cfg, envs, act, update = self.cfg, self.envs, self.act, self.update
         T, E = cfg.n_steps, cfg.envs_per_worker
         first_seed = cfg.seed * 1000 + self.index * E
         obs = np.stack([env.reset(seed=first_seed + k)[0] for k, env in enumerate(envs)]).astype(np.float32)
@@ -388,12 +422,7 @@ class Worker:
         episode_return = np.zeros(E)
         episode_length = np.zeros(E, np.int64)
         update_stats = np.zeros((E, 3))  # per env: sum of entropy, sum of grad norm, updates
-        act = sess.make_callable([net.policy.sample, net.policy.env_action], feed_list=[net.obs])
-        update = sess.make_callable([net.push_and_pull, net.entropy, net.grad_norm],
-                                    feed_list=[net.obs, net.actions, net.next_obs, net.rewards,
-                                               net.terminated, net.ended])
         shift, scale = cfg.reward_shift, cfg.reward_scale
-        sess.run(net.pull)
 
         while not coord.should_stop():
             finished = []  # (env index, return, length) of episodes that ended in this rollout
@@ -418,14 +447,15 @@ class Worker:
 
             _, entropy, grad_norm = update(
                 rollout_obs.reshape(T * E, -1), actions.reshape(T * E, *action_shape[2:]),
-                next_obs.reshape(T * E, -1), rewards, terminated, ended)
+                next_obs.reshape(T * E, -1), rewards, terminated, ended,
+                max(0.0, 1.0 - log.budget_used()) if cfg.anneal_lr else 1.0)
             update_stats += (entropy, grad_norm, 1)
             for k, ep_return, length in finished:
                 entropy_sum, norm_sum, count = update_stats[k]
                 log.record(self.index, float(ep_return), int(length), entropy_sum / count,
                            norm_sum / count)
                 update_stats[k] = 0
-            if log.budget_spent():
+            if log.budget_used() >= 1.0:
                 coord.request_stop()
 
     def close(self) -> None:
@@ -488,19 +518,20 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
                    "effective_actor_lr": actor_lr, "effective_critic_lr": critic_lr,
                    "argv": sys.argv, "versions": versions()}, f, indent=2)
     summary_writer = v1.summary.FileWriter(run_dir, graph)
-    log = EpisodeLog(run_dir, cfg, summary_writer)
-    print(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs; "
-          f"results in {run_dir}", file=out, flush=True)
-
     sess = v1.Session(graph=graph, config=session_config())
     sess.run(init)
+    for worker in workers:
+        worker.prepare(sess)
+    log = EpisodeLog(run_dir, cfg, summary_writer)  # the clock starts here, with the workers
+    print(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs; "
+          f"results in {run_dir}", file=out, flush=True)
     coord = v1.train.Coordinator()
     threads = []
     for worker in workers:
         def run(worker=worker):  # bind this worker now, not the loop variable's last value
             with coord.stop_on_exception():
                 try:
-                    worker.work(sess, coord, log)
+                    worker.work(coord, log)
                 except Exception as exc:
                     raise WorkerError(f"{worker.name} raised {type(exc).__name__}: {exc}") from exc
         thread = threading.Thread(target=run, name=worker.name, daemon=True)
@@ -520,20 +551,17 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     except Exception as exc:  # a worker raised: the Coordinator stopped the others
         error = exc
     finally:
+        final = log.progress()  # the workers have stopped: the clock stops too
         log.close()
         summary_writer.close()
         sess.close()
         for worker in workers:
             worker.close()
 
-    final = log.progress()
     plot_path = plot_rewards(run_dir, env_id, show=show_plot and error is None and not interrupted)
     final.update(run_dir=run_dir, plot=plot_path, interrupted=interrupted)
     how = "interrupted" if interrupted else ("stopped by an error" if error else "done")
-    print(f"{how}: {final['episodes']} episodes, {final['env_steps']:,} env steps in "
-          f"{final['wall_s']:.1f} s ({final['steps_per_s']:,.0f} steps/s); "
-          f"mean-100 return {final['running']:.1f}, best {final['best_running']:.1f}; "
-          f"results in {run_dir}", file=out, flush=True)
+    print(f"{how}: {progress_line(final)}\nresults in {run_dir}", file=out, flush=True)
     if error is not None:
         raise error
     return final

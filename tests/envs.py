@@ -25,7 +25,8 @@ class CountdownEnv(gym.Env):
 
 
 class FailingEnv(CountdownEnv):
-    """Raises on its 30th step when its first reset seed ends in 001 (that is worker_1's env)."""
+    """Raises on its 30th step when its first reset seed ends in 001: with one env per worker and
+    seed 1, that is worker_1's env."""
 
     def reset(self, *, seed=None, options=None):
         if seed is not None:

@@ -198,7 +198,8 @@ def test_cli_runs_a_job_and_a_worker_error_exits_non_zero(capsys, tmp_path):
         assert json.load(f)["config"]["actor_hidden"] == [8, 8]
 
     code, err = run_cli(["--env", "A3CTest/Failing-v0", "--workers", "2", "--max-steps", "100000",
-                         "--no-plot", "--results-dir", str(tmp_path)], capsys)
+                         "--set", "envs_per_worker=1", "--no-plot", "--results-dir", str(tmp_path)],
+                        capsys)
     assert code == 1
     assert "worker_1" in err and "the simulator crashed" in err
 
@@ -218,3 +219,21 @@ def test_presets_exist_and_other_envs_get_the_defaults():
         assert env_id in config_module.PRESETS
         config_module.config_for(env_id).validate()
     assert config_module.config_for("MountainCar-v0") == Config()
+
+
+def test_budget_used_follows_whichever_limit_is_nearer(tmp_path):
+    import tensorflow as tf
+    writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
+    log = a3c.EpisodeLog(str(tmp_path), Config(max_episodes=10, max_steps=1000), writer)
+    assert log.budget_used() == 0.0
+    log.add_steps(250)
+    assert log.budget_used() == pytest.approx(0.25)
+    for _ in range(5):
+        log.record(0, 1.0, 1, 0.0, 0.0)
+    assert log.budget_used() == pytest.approx(0.5)
+    for _ in range(7):  # episodes past the budget are not recorded
+        log.record(0, 1.0, 1, 0.0, 0.0)
+    assert log.episodes == 10 and log.budget_used() == pytest.approx(1.0)
+    log.close()
+    writer.close()
+    assert len(read_rows(str(tmp_path))) == 11
