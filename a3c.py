@@ -311,6 +311,12 @@ def build_graph(spec: EnvSpec, cfg: Config):
 # Shared bookkeeping: the only state the worker threads share besides the global net
 # ---------------------------------------------------------------------------------------------
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process, all threads."""
+    times = os.times()
+    return times.user + times.system
+
+
 class EpisodeLog:
     """Global counters and the per-episode record, guarded by one lock.
 
@@ -322,6 +328,7 @@ class EpisodeLog:
         self.cfg = cfg
         self.lock = threading.Lock()
         self.start_time = time.time()
+        self.start_cpu = cpu_seconds()
         self.env_steps = 0
         self.episodes = 0
         self.recent_returns = deque(maxlen=RUNNING_WINDOW)
@@ -370,6 +377,8 @@ class EpisodeLog:
             wall = time.time() - self.start_time
             return dict(episodes=self.episodes, env_steps=self.env_steps, wall_s=wall,
                         steps_per_s=self.env_steps / max(wall, 1e-9),
+                        cpu_utilisation=(cpu_seconds() - self.start_cpu) / max(wall, 1e-9)
+                        / (os.cpu_count() or 1),
                         running=float(np.mean(self.recent_returns)) if self.recent_returns else math.nan,
                         best_running=self.best_running)
 
@@ -382,7 +391,12 @@ class EpisodeLog:
 # ---------------------------------------------------------------------------------------------
 
 class Worker:
-    """One thread's environments and local net, running the n-step rollout loop."""
+    """One thread's environments and local net, running the n-step rollout loop.
+
+    The rollout buffers are time-major [T, E] (T = n_steps, E = envs_per_worker); a step that
+    ends an episode stores the episode's final observation in next_obs and the env restarts at
+    once, so every rollout is exactly T steps and each push carries T * E samples.
+    """
 
     def __init__(self, index: int, net: ACNet, env_id: str, spec: EnvSpec, cfg: Config):
         self.index = index
@@ -391,10 +405,21 @@ class Worker:
         self.spec = spec
         self.cfg = cfg
         self.envs = [make_env(env_id, cfg) for _ in range(cfg.envs_per_worker)]
+        T, E = cfg.n_steps, cfg.envs_per_worker
+        self.rollout_obs = np.zeros((T, E, spec.obs_dim), np.float32)
+        self.next_obs = np.zeros_like(self.rollout_obs)
+        self.rewards = np.zeros((T, E), np.float32)
+        self.terminated = np.zeros((T, E), np.float32)
+        self.ended = np.zeros((T, E), np.float32)
+        self.actions = (np.zeros((T, E), np.int32) if spec.discrete
+                        else np.zeros((T, E, spec.n_actions), np.float32))
+        self.episode_return = np.zeros(E)
+        self.episode_length = np.zeros(E, np.int64)
 
     def prepare(self, sess) -> None:
-        """Build this worker's two session calls and pull the global parameters. TensorFlow
-        prepares a callable's executors when it is made, so this runs before the clock starts."""
+        """Build this worker's two session calls, pull the global parameters and reset the envs
+        with their seeds. TensorFlow prepares a callable's executors when it is made, so this runs
+        before the clock starts."""
         net = self.net
         self.act = sess.make_callable([net.policy.sample, net.policy.env_action], feed_list=[net.obs])
         self.update = sess.make_callable(
@@ -402,58 +427,60 @@ class Worker:
             feed_list=[net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
                        net.lr_fraction])
         sess.run(net.pull)
-
-    def work(self, coord, log: EpisodeLog) -> None:
-        cfg, envs, act, update = self.cfg, self.envs, self.act, self.update
-        T, E = cfg.n_steps, cfg.envs_per_worker
-        first_seed = cfg.seed * 1000 + self.index * E
-        obs = np.stack([env.reset(seed=first_seed + k)[0] for k, env in enumerate(envs)]).astype(np.float32)
-        for k, env in enumerate(envs):
+        first_seed = self.cfg.seed * 1000 + self.index * len(self.envs)
+        self.obs = np.stack([env.reset(seed=first_seed + k)[0]
+                             for k, env in enumerate(self.envs)]).astype(np.float32)
+        for k, env in enumerate(self.envs):
             env.action_space.seed(first_seed + k)
 
-        rollout_obs = np.zeros((T, E, self.spec.obs_dim), np.float32)
-        next_obs = np.zeros_like(rollout_obs)
-        rewards = np.zeros((T, E), np.float32)
-        terminated = np.zeros((T, E), np.float32)
-        ended = np.zeros((T, E), np.float32)
-        action_shape = (T, E) if self.spec.discrete else (T, E, self.spec.n_actions)
-        actions = np.zeros(action_shape, np.int32 if self.spec.discrete else np.float32)
+    def rollout(self) -> list:
+        """Act n_steps in every env; return (env index, raw return, length) of episodes that ended.
 
-        episode_return = np.zeros(E)
-        episode_length = np.zeros(E, np.int64)
-        update_stats = np.zeros((E, 3))  # per env: sum of entropy, sum of grad norm, updates
-        shift, scale = cfg.reward_shift, cfg.reward_scale
+        Per step: one session call for all E actions, E env steps, and whole-row NumPy writes
+        (per-env scalar writes cost more than the step of a cheap env)."""
+        shift, scale = self.cfg.reward_shift, self.cfg.reward_scale
+        finished = []
+        for t in range(self.cfg.n_steps):
+            self.rollout_obs[t] = self.obs
+            self.actions[t], env_actions = self.act(self.obs)
+            next_obs, raw_rewards, terminated, truncated, _ = zip(
+                *[env.step(action) for env, action in zip(self.envs, env_actions)])
+            raw_rewards = np.array(raw_rewards)
+            self.next_obs[t] = next_obs
+            self.rewards[t] = (raw_rewards + shift) * scale
+            self.terminated[t] = terminated
+            self.ended[t] = np.logical_or(terminated, truncated)
+            self.episode_return += raw_rewards
+            self.episode_length += 1
+            self.obs[:] = self.next_obs[t]
+            for k in np.flatnonzero(self.ended[t]):
+                # the final observation stays in next_obs for the bootstrap; the env starts anew
+                finished.append((int(k), float(self.episode_return[k]), int(self.episode_length[k])))
+                self.episode_return[k] = 0.0
+                self.episode_length[k] = 0
+                self.obs[k] = self.envs[k].reset()[0]
+        return finished
 
+    def push_and_pull(self, lr_fraction: float) -> tuple[float, float]:
+        """Push this rollout's clipped gradients to the global net and pull it back; returns the
+        policy entropy and the gradient norm before clipping."""
+        T, E = self.cfg.n_steps, len(self.envs)
+        _, entropy, grad_norm = self.update(
+            self.rollout_obs.reshape(T * E, -1), self.actions.reshape(T * E, *self.actions.shape[2:]),
+            self.next_obs.reshape(T * E, -1), self.rewards, self.terminated, self.ended, lr_fraction)
+        return entropy, grad_norm
+
+    def work(self, coord, log: EpisodeLog) -> None:
+        steps_per_rollout = self.cfg.n_steps * len(self.envs)
+        update_stats = np.zeros((len(self.envs), 3))  # per env: entropy sum, grad norm sum, pushes
         while not coord.should_stop():
-            finished = []  # (env index, return, length) of episodes that ended in this rollout
-            for t in range(T):
-                rollout_obs[t] = obs
-                actions[t], env_actions = act(obs)
-                for k, env in enumerate(envs):
-                    o, r, term, trunc, _ = env.step(env_actions[k])
-                    rewards[t, k] = (r + shift) * scale
-                    terminated[t, k] = term
-                    ended[t, k] = term or trunc
-                    next_obs[t, k] = o
-                    episode_return[k] += r
-                    episode_length[k] += 1
-                    if term or trunc:
-                        finished.append((k, episode_return[k], episode_length[k]))
-                        episode_return[k] = 0.0
-                        episode_length[k] = 0
-                        o, _ = env.reset()
-                    obs[k] = o
-                log.add_steps(E)
-
-            _, entropy, grad_norm = update(
-                rollout_obs.reshape(T * E, -1), actions.reshape(T * E, *action_shape[2:]),
-                next_obs.reshape(T * E, -1), rewards, terminated, ended,
-                max(0.0, 1.0 - log.budget_used()) if cfg.anneal_lr else 1.0)
-            update_stats += (entropy, grad_norm, 1)
-            for k, ep_return, length in finished:
-                entropy_sum, norm_sum, count = update_stats[k]
-                log.record(self.index, float(ep_return), int(length), entropy_sum / count,
-                           norm_sum / count)
+            finished = self.rollout()
+            log.add_steps(steps_per_rollout)
+            lr_fraction = max(0.0, 1.0 - log.budget_used()) if self.cfg.anneal_lr else 1.0
+            update_stats += (*self.push_and_pull(lr_fraction), 1)
+            for k, episode_return, length in finished:
+                entropy_sum, norm_sum, pushes = update_stats[k]
+                log.record(self.index, episode_return, length, entropy_sum / pushes, norm_sum / pushes)
                 update_stats[k] = 0
             if log.budget_used() >= 1.0:
                 coord.request_stop()
@@ -488,7 +515,12 @@ def versions() -> dict:
 
 
 def session_config():
-    return v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+    """One thread per op and per graph step: the worker threads already keep both cores busy,
+    and more TensorFlow threads only contend with them (bench/throughput.py). Grappler's graph
+    rewrites are off: on these tiny graphs they cost more per call than they save, and memory."""
+    config = v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
 
 
 def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: bool = True,
@@ -641,15 +673,10 @@ def parse_args(argv):
 
 def config_from_args(args) -> Config:
     cfg = config_module.config_for(args.env)
-    overrides = {}
-    for item in args.set:
-        if "=" not in item:
-            raise UsageError(f"--set needs KEY=VALUE, got '{item}'")
-        key, text = item.split("=", 1)
-        try:
-            overrides[key.strip()] = config_module.parse_value(key.strip(), text)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    try:
+        overrides = config_module.parse_overrides(args.set)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     for flag, key in (("workers", "workers"), ("seed", "seed")):
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)

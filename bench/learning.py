@@ -85,7 +85,7 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list[dict], env_id: str, path: str) -> None:
+def plot(results: list[dict], env_id: str, path: str, settings: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -105,7 +105,9 @@ def plot(results: list[dict], env_id: str, path: str) -> None:
         ax.axhline(target, color="tab:red", linestyle="--", linewidth=1, label=f"target {target:g}")
     ax.set_xlabel("episode")
     ax.set_ylabel("raw return (thin: episodes; band: mean-100)")
-    ax.set_title(f"A3C on {env_id}, default preset, seeds {', '.join(str(r['seed']) for r in runs)}")
+    preset = "default preset" + (f" + {settings}" if settings != "none" else "")
+    ax.set_title(f"A3C on {env_id}, {preset}, seeds {', '.join(str(r['seed']) for r in runs)}",
+                 fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
@@ -120,12 +122,11 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field for every run (tuning)")
     parser.add_argument("--out", default="results", help="where learning.md and the plots go")
+    parser.add_argument("--tag", default="", help="suffix of the output names, e.g. _envs1 writes "
+                        "learning_envs1.md and learning_envs1_<env>.png")
     parser.add_argument("--no-save", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
-    overrides = {}
-    for item in args.set:
-        key, text = item.split("=", 1)
-        overrides[key] = config_module.parse_value(key, text)
+    overrides = config_module.parse_overrides(args.set)
 
     results = []
     with tempfile.TemporaryDirectory() as workdir:
@@ -141,11 +142,12 @@ def main(argv=None) -> int:
     if not args.no_save:
         os.makedirs(args.out, exist_ok=True)
         settings = ", ".join(args.set) or "none"
-        with open(os.path.join(args.out, "learning.md"), "w") as f:
-            f.write(f"# Learning benchmark\n\n`python bench/learning.py` (overrides: {settings}); "
+        command = " ".join(["python bench/learning.py"] + (argv if argv is not None else sys.argv[1:]))
+        with open(os.path.join(args.out, f"learning{args.tag}.md"), "w") as f:
+            f.write(f"# Learning benchmark\n\n`{command}` (overrides: {settings}); "
                     f"versions: {a3c.versions()}.\n\n{text}\n")
         for env_id in args.envs:
-            plot(results, env_id, os.path.join(args.out, f"learning_{env_id}.png"))
+            plot(results, env_id, os.path.join(args.out, f"learning{args.tag}_{env_id}.png"), settings)
     return 0
 
 

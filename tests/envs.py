@@ -61,6 +61,33 @@ class BoxActionEnv(gym.Env):
         return obs, -float(np.sum(np.square(action))), False, self.t >= 20, {}
 
 
+class StaggeredEnv(gym.Env):
+    """Actions don't matter; the episode lasts 3 + (seed % 4) steps, set by the first seeded reset.
+
+    obs = [seed % 4, t, episodes so far], reward = t at step t (1, 2, 3, ...), so a trajectory
+    can be recomputed by hand. Register with max_episode_steps to cut the longer episodes.
+    """
+
+    observation_space = spaces.Box(-100.0, 100.0, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.kind, self.episodes = seed % 4, 0
+        else:
+            self.episodes += 1
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return np.array([self.kind, self.t, self.episodes], np.float32)
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), float(self.t), self.t >= 3 + self.kind, False, {}
+
+
 class MultiDiscreteEnv(CountdownEnv):
     action_space = spaces.MultiDiscrete([3, 2])
 
@@ -72,3 +99,4 @@ class ImageEnv(CountdownEnv):
 for name, cls in (("Countdown", CountdownEnv), ("Failing", FailingEnv), ("BoxAction", BoxActionEnv),
                   ("MultiDiscrete", MultiDiscreteEnv), ("Image", ImageEnv)):
     gym.register(f"A3CTest/{name}-v0", entry_point=cls)
+gym.register("A3CTest/Staggered-v0", entry_point=StaggeredEnv, max_episode_steps=5)

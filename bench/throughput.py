@@ -1,0 +1,186 @@
+"""Throughput benchmark: env steps/s of the trainer against a bare environment loop.
+
+    python bench/throughput.py                         # the full grid (~15 minutes on 2 cores)
+    python bench/throughput.py --envs Pendulum-v1 --workers 8 --envs-per-worker 1 4 16 --no-save
+
+For each environment it first times a bare single-thread loop (gym.make, a fixed valid action, no
+policy), then trains for a fixed number of env steps with every (workers, envs per worker) pair,
+each pair in a fresh process (so that its peak RSS is its own), `--repeats` times. Reported:
+env steps/s in the steady state (after the first 20% of the run, when every worker's session
+calls are warm; median over repeats), the ratio to the bare loop measured in this same run, CPU
+utilisation (process CPU seconds / wall / cores, whole run) and peak RSS. Writes
+results/throughput.md and results/throughput.png unless --no-save. Run it alone: on 2 cores,
+anything else running changes the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+FIXED_ACTIONS = {"Pendulum-v1": [0.0], "CartPole-v1": 0}
+
+
+def bare_loop(env_id: str, steps: int) -> float:
+    """Steps/s of one thread stepping the env with a fixed action, resetting at episode ends."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.make(env_id)
+    action = FIXED_ACTIONS.get(env_id)
+    if action is None:
+        action = env.action_space.sample()
+    action = np.array(action, np.float32) if isinstance(action, list) else action
+    env.reset(seed=0)
+    start = time.perf_counter()
+    for _ in range(steps):
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            env.reset()
+    return steps / (time.perf_counter() - start)
+
+
+def steady_rate(rows: dict, summary: dict) -> float:
+    """Env steps/s from the first episode recorded after 20% of the run to the run's end."""
+    import numpy as np
+
+    late = np.nonzero(rows["wall_s"] >= 0.2 * summary["wall_s"])[0]
+    if len(late) == 0 or summary["wall_s"] - rows["wall_s"][late[0]] < 0.5:
+        return summary["steps_per_s"]
+    i = late[0]
+    return (summary["env_steps"] - rows["env_steps"][i]) / (summary["wall_s"] - rows["wall_s"][i])
+
+
+def child(env_id: str, workers: int, envs_per_worker: int, steps: int, repeats: int, sets: list) -> None:
+    """Runs in a fresh process: train `repeats` times, print one JSON line."""
+    import a3c
+    import config as config_module
+
+    overrides = config_module.parse_overrides(sets)
+    runs = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for repeat in range(repeats):
+            cfg = dataclasses.replace(config_module.config_for(env_id), workers=workers,
+                                      envs_per_worker=envs_per_worker, max_steps=steps,
+                                      max_episodes=None, seed=100 + repeat, **overrides)
+            summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
+            rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+            runs.append(dict(steps_per_s=steady_rate(rows, summary),
+                             cpu_utilisation=summary["cpu_utilisation"]))
+    print(json.dumps(dict(runs=runs, peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+
+
+def measure(env_id, workers, envs_per_worker, steps, repeats, sets) -> dict:
+    command = [sys.executable, os.path.abspath(__file__), "--child", env_id, str(workers),
+               str(envs_per_worker), str(steps), str(repeats)] + [f"--set={s}" for s in sets]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{env_id} {workers}x{envs_per_worker} failed:\n{done.stderr[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    rates = [r["steps_per_s"] for r in result["runs"]]
+    return dict(env=env_id, workers=workers, envs_per_worker=envs_per_worker,
+                steps_per_s=statistics.median(rates), spread=(min(rates), max(rates)),
+                cpu=statistics.median(r["cpu_utilisation"] for r in result["runs"]),
+                rss_mb=result["peak_rss_mb"])
+
+
+def steps_for(env_id: str, workers: int, envs_per_worker: int) -> int:
+    """Long enough for a steady state: at least 3 episodes per env for Pendulum's 200-step waves."""
+    envs = workers * envs_per_worker
+    return max(40_000, 3 * 200 * envs) if env_id == "Pendulum-v1" else max(40_000, 150 * envs)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", nargs="+", default=["Pendulum-v1", "CartPole-v1"])
+    parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4, 8, 16])
+    parser.add_argument("--envs-per-worker", nargs="+", type=int, default=[1, 4, 16])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", default=os.path.join(ROOT, "results"))
+    parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        env_id, workers, per_worker, steps, repeats = args.child
+        child(env_id, int(workers), int(per_worker), int(steps), int(repeats), args.set)
+        return 0
+
+    rows, bare = [], {}
+    for env_id in args.envs:
+        bare[env_id] = statistics.median(bare_loop(env_id, 50_000) for _ in range(args.repeats))
+        print(f"{env_id}: bare loop {bare[env_id]:,.0f} steps/s", flush=True)
+        for workers in args.workers:
+            for per_worker in args.envs_per_worker:
+                row = measure(env_id, workers, per_worker, steps_for(env_id, workers, per_worker),
+                              args.repeats, args.set)
+                row["ratio"] = row["steps_per_s"] / bare[env_id]
+                rows.append(row)
+                print(f"  {workers:>2} workers x {per_worker:>2} envs: {row['steps_per_s']:>7,.0f} "
+                      f"steps/s ({row['ratio']:.2f} x bare), CPU {row['cpu']:.0%}, "
+                      f"peak RSS {row['rss_mb']:,.0f} MB", flush=True)
+    text = table(rows, bare, args)
+    print(text)
+    if not args.no_save:
+        with open(os.path.join(args.out, "throughput.md"), "w") as f:
+            f.write(text + "\n")
+        plot(rows, bare, os.path.join(args.out, "throughput.png"))
+    return 0
+
+
+def table(rows, bare, args) -> str:
+    import a3c
+
+    lines = ["# Throughput benchmark", "",
+             f"`python bench/throughput.py` on {os.cpu_count()} cores, {args.repeats} runs per cell "
+             f"(median, min..max), overrides: {', '.join(args.set) or 'none'}; versions: "
+             f"{a3c.versions()}.", "",
+             "| env | workers | envs/worker | env steps/s | min..max | × bare loop | CPU | peak RSS MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for env_id in bare:
+        lines.append(f"| {env_id} | bare loop, 1 thread | | {bare[env_id]:,.0f} | | 1.00 | | |")
+        for r in (r for r in rows if r["env"] == env_id):
+            lines.append(f"| {env_id} | {r['workers']} | {r['envs_per_worker']} | "
+                         f"{r['steps_per_s']:,.0f} | {r['spread'][0]:,.0f}..{r['spread'][1]:,.0f} | "
+                         f"{r['ratio']:.2f} | {r['cpu']:.0%} | {r['rss_mb']:,.0f} |")
+    return "\n".join(lines)
+
+
+def plot(rows, bare, path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(bare), figsize=(6 * len(bare), 4.5), squeeze=False)
+    for ax, env_id in zip(axes[0], bare):
+        env_rows = [r for r in rows if r["env"] == env_id]
+        for per_worker in sorted({r["envs_per_worker"] for r in env_rows}):
+            line = [r for r in env_rows if r["envs_per_worker"] == per_worker]
+            ax.plot([r["workers"] for r in line], [r["steps_per_s"] for r in line], marker="o",
+                    label=f"{per_worker} envs per worker")
+        ax.axhline(bare[env_id], color="black", linestyle="--", label="bare env loop, 1 thread")
+        ax.axhline(bare[env_id] / 2, color="gray", linestyle=":", label="half the bare loop")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("worker threads")
+        ax.set_ylabel("env steps/s (median)")
+        ax.set_title(env_id)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
