@@ -32,6 +32,9 @@ from collections import deque
 import gymnasium as gym
 import numpy as np
 
+import config as config_module
+from config import Config
+
 
 def import_tensorflow_quietly():
     """Import TensorFlow without its C++ start-up lines (oneDNN, CUDA probing): they are written
@@ -50,10 +53,6 @@ def import_tensorflow_quietly():
 
 
 tf = import_tensorflow_quietly()
-
-import config as config_module
-from config import Config
-
 tf.compat.v1.disable_eager_execution()
 tf.get_logger().setLevel("ERROR")  # compat.v1 deprecation notices
 v1 = tf.compat.v1
