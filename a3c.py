@@ -271,15 +271,18 @@ class ACNet:
             tf.gradients(self.critic_loss, self.critic_params), cfg.clip_norm)
         self.grad_norm = tf.sqrt(tf.square(actor_norm) + tf.square(critic_norm))  # before clipping
 
-        self.push = push = tf.group(
+        self.push = tf.group(
             actor_optimizer.apply_gradients(zip(self.actor_grads, global_net.actor_params)),
             critic_optimizer.apply_gradients(zip(self.critic_grads, global_net.critic_params)))
-        local_params = self.actor_params + self.critic_params
-        global_params = global_net.actor_params + global_net.critic_params
-        with tf.control_dependencies([push]):
-            self.push_and_pull = tf.group(*[local.assign(glob)
-                                            for local, glob in zip(local_params, global_params)])
-        self.pull = tf.group(*[local.assign(glob) for local, glob in zip(local_params, global_params)])
+
+        def copy_global_params():
+            pairs = zip(self.actor_params + self.critic_params,
+                        global_net.actor_params + global_net.critic_params)
+            return tf.group(*[local.assign(glob) for local, glob in pairs])
+
+        self.pull = copy_global_params()
+        with tf.control_dependencies([self.push]):  # pull only after this push has landed
+            self.push_and_pull = copy_global_params()
 
 
 def learning_rates(cfg: Config) -> tuple[float, float]:

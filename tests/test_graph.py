@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import a3c
 from config import Config
+from graphs import build_session
 
 v1 = tf.compat.v1
 
@@ -126,16 +127,6 @@ def test_sampled_actions_stay_within_asymmetric_multidimensional_bounds():
     np.testing.assert_array_equal(env_action[inside], sample[inside])
 
 
-def build_for_update(spec, cfg):
-    graph = tf.Graph()
-    with graph.as_default():
-        global_net, workers = a3c.build_graph(spec, cfg)
-        init = v1.global_variables_initializer()
-    sess = v1.Session(graph=graph)
-    sess.run(init)
-    return sess, global_net, workers
-
-
 def rollout_feed(net, spec, cfg, rng):
     T, E = cfg.n_steps, cfg.envs_per_worker
     if spec.discrete:
@@ -153,7 +144,7 @@ def rollout_feed(net, spec, cfg, rng):
 @pytest.mark.parametrize("spec", [box_spec([-2.0], [2.0]), discrete_spec(3)], ids=["box", "discrete"])
 def test_push_changes_the_global_net_and_pull_makes_local_equal_global(spec):
     cfg = Config(workers=2, envs_per_worker=2, n_steps=3, actor_hidden=(8,), critic_hidden=(8,))
-    sess, global_net, workers = build_for_update(spec, cfg)
+    sess, global_net, workers = build_session(spec, cfg)
     global_params = global_net.actor_params + global_net.critic_params
     worker = workers[0]
     local_params = worker.actor_params + worker.critic_params
@@ -183,7 +174,7 @@ def test_push_changes_the_global_net_and_pull_makes_local_equal_global(spec):
 def test_gradients_are_clipped_to_the_configured_global_norm():
     spec = discrete_spec(2)
     cfg = Config(workers=1, n_steps=4, clip_norm=1e-3, actor_hidden=(8,), critic_hidden=(8,))
-    sess, global_net, (worker,) = build_for_update(spec, cfg)
+    sess, global_net, (worker,) = build_session(spec, cfg)
     feed = rollout_feed(worker, spec, cfg, np.random.default_rng(5))
     feed[worker.rewards] = feed[worker.rewards] * 1000  # huge advantages: huge raw gradients
     with sess.graph.as_default():

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import a3c
 from config import Config
+from graphs import build_session
 
 v1 = tf.compat.v1
 ENV = "A3CTest/Staggered-v0"  # episodes of 3, 4, 5 (cut at 5) and 6 (cut at 5) steps by seed
@@ -13,12 +14,7 @@ ENV = "A3CTest/Staggered-v0"  # episodes of 3, 4, 5 (cut at 5) and 6 (cut at 5) 
 
 def make_workers(cfg):
     spec = a3c.env_spec(a3c.make_env(ENV, cfg), ENV)
-    graph = tf.Graph()
-    with graph.as_default():
-        _, nets = a3c.build_graph(spec, cfg)
-        init = v1.global_variables_initializer()
-    sess = v1.Session(graph=graph)
-    sess.run(init)
+    sess, _, nets = build_session(spec, cfg)
     workers = [a3c.Worker(i, net, ENV, spec, cfg) for i, net in enumerate(nets)]
     for worker in workers:
         worker.prepare(sess)
