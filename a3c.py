@@ -24,6 +24,7 @@ import datetime
 import json
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -85,8 +86,10 @@ class EnvSpec:
     action_high: np.ndarray
 
 
-def make_env(env_id: str, cfg: Config) -> gym.Env:
+def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
     kwargs = {"disable_env_checker": True}
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     try:
@@ -526,12 +529,13 @@ def session_config():
 
 
 def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: bool = True,
-          out=sys.stdout) -> dict:
+          out=None) -> dict:
     """Train, writing everything into a new run folder; returns a summary dict.
 
     Raises UsageError before anything is written when the env or config cannot work, and
     re-raises a worker's exception (after saving the CSV and plot) when a worker fails.
     """
+    out = out or sys.stdout
     cfg.validate()
     probe = make_env(env_id, cfg)
     spec = env_spec(probe, env_id)
@@ -543,6 +547,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         np.random.seed(cfg.seed)
         global_net, worker_nets = build_graph(spec, cfg)
         init = v1.global_variables_initializer()
+        saver = checkpoint_saver(cfg)
     workers = [Worker(i, net, env_id, spec, cfg) for i, net in enumerate(worker_nets)]
 
     run_dir = new_run_dir(results_dir, env_id, cfg.seed)
@@ -572,11 +577,16 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         thread.start()
         threads.append(thread)
 
+    checkpoint_path = os.path.join(run_dir, CHECKPOINT_FOLDER, "model")
     error = None
     interrupted = False
     try:
-        while not coord.wait_for_stop(cfg.log_every_s):
+        last_checkpoint = time.time()
+        while not coord.wait_for_stop(min(cfg.log_every_s, cfg.checkpoint_every_s)):
             print(progress_line(log.progress()), file=out, flush=True)
+            if time.time() - last_checkpoint >= cfg.checkpoint_every_s:
+                saver.save(sess, checkpoint_path, global_step=log.env_steps)
+                last_checkpoint = time.time()
         coord.join(threads, stop_grace_period_secs=30)
     except KeyboardInterrupt:
         interrupted = True
@@ -586,6 +596,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         error = exc
     finally:
         final = log.progress()  # the workers have stopped: the clock stops too
+        saver.save(sess, checkpoint_path, global_step=log.env_steps)
         log.close()
         summary_writer.close()
         sess.close()
@@ -599,6 +610,103 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     if error is not None:
         raise error
     return final
+
+
+CHECKPOINT_FOLDER = "checkpoints"
+
+
+def checkpoint_saver(cfg: Config):
+    """A Saver of the global net and its RMSProp slots (the workers' copies are pulled anew).
+    Each save writes new files and then swaps the "checkpoint" index file atomically, so an
+    interrupted save never leaves a half-written latest checkpoint."""
+    shared = [v for v in v1.global_variables() if not v.op.name.startswith("worker_")]
+    return v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints)
+
+
+def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: bool = False,
+             out=None) -> dict:
+    """Run the deterministic policy (mean action / argmax) of a run's latest checkpoint."""
+    out = out or sys.stdout
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            saved = json.load(f)
+        env_id, cfg = saved["env"], config_module.from_dict(saved["config"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{run_dir} is not a readable run folder ({exc}); pass a folder that "
+                         f"a3c.py wrote, e.g. results/Pendulum-v1/<run>") from None
+    folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
+    checkpoint = v1.train.latest_checkpoint(folder)
+    if checkpoint is None:
+        raise UsageError(f"no checkpoint in {folder}; "
+                         f"runs write one at the end and every checkpoint_every_s seconds")
+    # the index file names checkpoints by absolute path: resolve it here, so a moved or copied
+    # run folder reads its own files
+    checkpoint = os.path.join(folder, os.path.basename(checkpoint))
+    render_mode = "human" if render else ("rgb_array" if record else None)
+    if render_mode == "rgb_array":
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # frames only: no window, no display
+    env = make_env(env_id, cfg, render_mode=render_mode)
+    spec = env_spec(env, env_id)
+    graph = tf.Graph()
+    with graph.as_default():
+        net = ACNet("global", spec, cfg)
+        saver = v1.train.Saver(var_list=net.actor_params + net.critic_params)
+    sess = v1.Session(graph=graph, config=session_config())
+    try:
+        stored = dict(v1.train.list_variables(checkpoint))
+        for variable in net.actor_params + net.critic_params:
+            name, shape = variable.op.name, variable.shape.as_list()
+            if stored.get(name) != shape:
+                raise ValueError(f"it holds {name} as {stored.get(name)}, the config builds {shape}")
+        saver.restore(sess, checkpoint)
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        sess.close()
+        raise UsageError(f"cannot restore {checkpoint}: {first_line} (corrupt, or written by "
+                         f"another network shape)") from None
+
+    greedy = sess.make_callable(net.policy.greedy_action, feed_list=[net.obs])
+    returns, frames = [], []
+    try:
+        run_greedy_episodes(env, greedy, episodes, record, returns, frames)
+    except gym.error.DependencyNotInstalled as exc:
+        raise UsageError(f"{env_id} cannot render: {exc}") from None
+    finally:
+        env.close()
+        sess.close()
+    result = dict(env=env_id, checkpoint=checkpoint, returns=returns,
+                  mean=float(np.mean(returns)), std=float(np.std(returns)))
+    if record and frames:
+        result["animation"] = save_animation(frames, os.path.join(run_dir, "episode.gif"))
+    print(f"{env_id}: deterministic policy of {checkpoint}: return {result['mean']:.1f} "
+          f"± {result['std']:.1f} over {episodes} episodes"
+          + (f"; animation in {result['animation']}" if "animation" in result else ""),
+          file=out, flush=True)
+    return result
+
+
+def run_greedy_episodes(env, greedy, episodes: int, record: bool, returns: list, frames: list):
+    """Play `episodes` episodes with the greedy policy, appending raw returns (and, if recording,
+    the first episode's frames)."""
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=10_000 + episode)
+        total, done = 0.0, False
+        while not done:
+            if record and episode == 0:
+                frames.append(env.render())
+            action = greedy(np.asarray(obs, np.float32)[None])[0]
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+
+
+def save_animation(frames: list, path: str) -> str:
+    from PIL import Image  # installed with matplotlib
+
+    images = [Image.fromarray(np.asarray(frame)) for frame in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=33, loop=0)
+    return path
 
 
 def progress_line(p: dict) -> str:
@@ -668,6 +776,12 @@ def parse_args(argv):
     parser.add_argument("--results-dir", default="results", help="where run folders go (default results/)")
     parser.add_argument("--no-plot", action="store_true", help="don't open the plot window "
                         "(rewards.png is saved anyway)")
+    parser.add_argument("--eval", metavar="RUN_DIR", help="don't train: run the deterministic "
+                        "policy of RUN_DIR's latest checkpoint and print its mean return")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes for --eval (default 10)")
+    parser.add_argument("--render", action="store_true", help="--eval: show the environment's window")
+    parser.add_argument("--record", action="store_true", help="--eval: write the first episode "
+                        "as episode.gif into RUN_DIR")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of config.py, e.g. --set actor_lr=3e-4 (repeatable)")
     return parser.parse_args(argv)
@@ -696,9 +810,20 @@ def config_from_args(args) -> Config:
     return cfg
 
 
+def stop_like_ctrl_c(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop_like_ctrl_c)  # `kill` stops as cleanly as Ctrl-C
     try:
+        if args.eval is not None:
+            if args.episodes < 1:
+                raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+            evaluate(args.eval, args.episodes, args.render, args.record)
+            return 0
         cfg = config_from_args(args)
         summary = train(args.env, cfg, args.results_dir, show_plot=not args.no_plot)
     except UsageError as exc:

@@ -89,10 +89,15 @@ class Config:
     # --- output ----------------------------------------------------------------------------
     log_every_s: float = 5.0
     """Seconds between progress lines on the console."""
+    checkpoint_every_s: float = 300.0
+    """Seconds between checkpoints of the global net and its optimiser slots (one more is
+    written at the end of the run)."""
+    keep_checkpoints: int = 3
+    """How many of the newest checkpoints to keep in the run folder's checkpoints/."""
 
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
-        positive_ints = ("workers", "envs_per_worker", "n_steps")
+        positive_ints = ("workers", "envs_per_worker", "n_steps", "keep_checkpoints")
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -108,7 +113,7 @@ class Config:
             raise ValueError(f"initial_sigma must be > sigma_floor ({self.sigma_floor}), "
                              f"got {self.initial_sigma}")
         for name in ("actor_lr", "critic_lr", "clip_norm", "rmsprop_epsilon", "sigma_floor",
-                     "reward_scale", "log_every_s"):
+                     "reward_scale", "log_every_s", "checkpoint_every_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.entropy_beta < 0:
@@ -147,6 +152,16 @@ PRESETS: dict[str, dict] = {
 def config_for(env_id: str) -> Config:
     """The defaults with the env's preset applied (any other env id gets the plain defaults)."""
     return dataclasses.replace(Config(), **PRESETS.get(env_id, {}))
+
+
+def from_dict(values: dict) -> Config:
+    """A Config from the "config" object of a run's config.json (ValueError if it doesn't fit)."""
+    known = set(field_names())
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    return dataclasses.replace(Config(), **values)
 
 
 def field_names() -> list[str]:

@@ -1,0 +1,110 @@
+"""Checkpoints of the global net, and --eval of a trained run."""
+import glob
+import json
+import os
+
+import pytest
+
+import a3c
+from test_training import train
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A short CartPole run that checkpoints every 0.2 s and keeps the newest 2."""
+    summary, _ = train("CartPole-v1", tmp_path_factory.mktemp("runs"), max_episodes=None,
+                       max_steps=12_000, checkpoint_every_s=0.2, keep_checkpoints=2,
+                       log_every_s=0.2)
+    return summary["run_dir"]
+
+
+def test_a_run_keeps_its_newest_checkpoints(trained_run):
+    folder = os.path.join(trained_run, a3c.CHECKPOINT_FOLDER)
+    indexes = glob.glob(os.path.join(folder, "model-*.index"))
+    assert 1 <= len(indexes) <= 2
+    latest = a3c.v1.train.latest_checkpoint(folder)
+    assert latest is not None and latest + ".index" in indexes
+    assert latest.endswith("-12000") or int(latest.rsplit("-", 1)[1]) >= 12_000, "the final save"
+
+
+def test_eval_plays_the_deterministic_policy_and_records_an_animation(trained_run, capsys):
+    assert a3c.main(["--eval", trained_run, "--episodes", "3", "--record"]) == 0
+    first = capsys.readouterr().out
+    assert "CartPole-v1" in first and "over 3 episodes" in first
+    assert os.path.getsize(os.path.join(trained_run, "episode.gif")) > 1000
+    again = a3c.evaluate(trained_run, episodes=3)
+    assert again["returns"] == a3c.evaluate(trained_run, episodes=3)["returns"], "deterministic"
+    assert all(r >= 8 for r in again["returns"])
+
+
+def refused(argv, capsys, *words):
+    code = a3c.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    for word in words:
+        assert word in err
+
+
+def test_eval_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
+    refused(["--eval", str(tmp_path / "missing")], capsys, "not a readable run folder")
+
+
+def test_eval_refuses_a_run_without_checkpoints(trained_run, tmp_path, capsys):
+    empty_run = tmp_path / "run"
+    empty_run.mkdir()
+    (empty_run / "config.json").write_text(open(os.path.join(trained_run, "config.json")).read())
+    refused(["--eval", str(empty_run)], capsys, "no checkpoint")
+
+
+def copy_run(trained_run, destination):
+    import shutil
+    shutil.copytree(trained_run, destination)
+    return destination
+
+
+def test_eval_refuses_a_corrupt_checkpoint(trained_run, tmp_path, capsys):
+    run = copy_run(trained_run, tmp_path / "run")
+    for data in glob.glob(os.path.join(run, a3c.CHECKPOINT_FOLDER, "*.data-*")):
+        with open(data, "wb") as f:
+            f.write(b"not a checkpoint")
+    refused(["--eval", str(run)], capsys, "cannot restore")
+
+
+def test_eval_refuses_a_checkpoint_of_another_network_shape(trained_run, tmp_path, capsys):
+    run = copy_run(trained_run, tmp_path / "run")
+    path = os.path.join(run, "config.json")
+    with open(path) as f:
+        saved = json.load(f)
+    saved["config"]["actor_hidden"] = [7]
+    with open(path, "w") as f:
+        json.dump(saved, f)
+    refused(["--eval", str(run)], capsys, "cannot restore", "another network shape")
+
+
+@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
+def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signal, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(root, "a3c.py"), "--env", "CartPole-v1", "--workers", "2",
+         "--max-steps", "100000000", "--no-plot", "--results-dir", str(tmp_path),
+         "--set", "log_every_s=0.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stdout:  # wait until training is under way
+        if line.startswith("episodes"):
+            break
+    started = time.time()
+    process.send_signal(getattr(signal, stop_signal))
+    out, err = process.communicate(timeout=60)
+    assert time.time() - started < 10
+    assert process.returncode == 130, err
+    assert out.startswith("interrupted:")
+    (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
+    for name in ("config.json", "episodes.csv", "rewards.png"):
+        assert os.path.exists(os.path.join(run_dir, name))
+    assert a3c.v1.train.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
