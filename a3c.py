@@ -273,10 +273,14 @@ class ACNet:
         self.critic_grads, critic_norm = tf.clip_by_global_norm(
             tf.gradients(self.critic_loss, self.critic_params), cfg.clip_norm)
         self.grad_norm = tf.sqrt(tf.square(actor_norm) + tf.square(critic_norm))  # before clipping
+        # a NaN or inf anywhere in the losses or gradients makes this norm non-finite: the check
+        # fails the session call before anything is applied, so the global net stays finite
+        finite_check = tf.debugging.check_numerics(self.grad_norm, "non-finite gradient norm")
 
-        self.push = tf.group(
-            actor_optimizer.apply_gradients(zip(self.actor_grads, global_net.actor_params)),
-            critic_optimizer.apply_gradients(zip(self.critic_grads, global_net.critic_params)))
+        with tf.control_dependencies([finite_check]):
+            self.push = tf.group(
+                actor_optimizer.apply_gradients(zip(self.actor_grads, global_net.actor_params)),
+                critic_optimizer.apply_gradients(zip(self.critic_grads, global_net.critic_params)))
 
         def copy_global_params():
             pairs = zip(self.actor_params + self.critic_params,
@@ -482,7 +486,15 @@ class Worker:
             finished = self.rollout()
             log.add_steps(steps_per_rollout)
             lr_fraction = max(0.0, 1.0 - log.budget_used()) if self.cfg.anneal_lr else 1.0
-            update_stats += (*self.push_and_pull(lr_fraction), 1)
+            try:
+                update_stats += (*self.push_and_pull(lr_fraction), 1)
+            except tf.errors.InvalidArgumentError as exc:
+                if "non-finite" not in str(exc):
+                    raise
+                raise FloatingPointError(
+                    f"non-finite loss or gradient at global env step {log.env_steps:,}; this push "
+                    f"was not applied, so the global net and its checkpoints stay finite "
+                    f"(try lower learning rates or reward_scale)") from None
             for k, episode_return, length in finished:
                 entropy_sum, norm_sum, pushes = update_stats[k]
                 log.record(self.index, episode_return, length, entropy_sum / pushes, norm_sum / pushes)

@@ -88,6 +88,20 @@ class StaggeredEnv(gym.Env):
         return self._obs(), float(self.t), self.t >= 3 + self.kind, False, {}
 
 
+class NaNRewardEnv(CountdownEnv):
+    """Countdown whose rewards turn NaN after 60 steps, as a diverging simulator's would."""
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.steps = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps += 1
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, float("nan") if self.steps > 60 else reward, terminated, truncated, info
+
+
 class MultiDiscreteEnv(CountdownEnv):
     action_space = spaces.MultiDiscrete([3, 2])
 
@@ -97,6 +111,7 @@ class ImageEnv(CountdownEnv):
 
 
 for name, cls in (("Countdown", CountdownEnv), ("Failing", FailingEnv), ("BoxAction", BoxActionEnv),
+                  ("NaNReward", NaNRewardEnv),
                   ("MultiDiscrete", MultiDiscreteEnv), ("Image", ImageEnv)):
     gym.register(f"A3CTest/{name}-v0", entry_point=cls)
 gym.register("A3CTest/Staggered-v0", entry_point=StaggeredEnv, max_episode_steps=5)

@@ -108,3 +108,17 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signal, tm
     for name in ("config.json", "episodes.csv", "rewards.png"):
         assert os.path.exists(os.path.join(run_dir, name))
     assert a3c.v1.train.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+
+
+def test_a_non_finite_gradient_stops_training_and_the_checkpoint_stays_finite(tmp_path):
+    import numpy as np
+
+    with pytest.raises(a3c.WorkerError, match="non-finite loss or gradient at global env step"):
+        train("A3CTest/NaNReward-v0", tmp_path, max_steps=1_000_000, max_episodes=None)
+    (run_dir,) = glob.glob(os.path.join(tmp_path, "A3CTest_NaNReward-v0", "*"))
+    checkpoint = a3c.v1.train.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    assert checkpoint is not None
+    names = [name for name, _ in a3c.v1.train.list_variables(checkpoint)]
+    assert any(name.startswith("global/actor") for name in names)
+    for name in names:
+        assert np.all(np.isfinite(a3c.v1.train.load_variable(checkpoint, name))), name
