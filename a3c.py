@@ -326,6 +326,12 @@ def cpu_seconds() -> float:
     return times.user + times.system
 
 
+def budget_used(cfg: Config, episodes: int, env_steps: int) -> float:
+    """The fraction of the run's budget (episodes or env steps, whichever is further) used."""
+    return max(episodes / cfg.max_episodes if cfg.max_episodes else 0.0,
+               env_steps / cfg.max_steps if cfg.max_steps else 0.0)
+
+
 class EpisodeLog:
     """Global counters and the per-episode record, guarded by one lock.
 
@@ -333,30 +339,45 @@ class EpisodeLog:
     scalar set; `return` is always the environment's raw return.
     """
 
-    def __init__(self, run_dir: str, cfg: Config, summary_writer):
+    def __init__(self, run_dir: str, cfg: Config, summary_writer, resume_steps: int = None):
+        """resume_steps: continue the run's episodes.csv and counters (env steps from its
+        checkpoint, or further if the CSV got further) instead of starting a new one."""
         self.cfg = cfg
         self.lock = threading.Lock()
-        self.start_time = time.time()
+        self.session_start = time.time()
         self.start_cpu = cpu_seconds()
+        self.wall_before = 0.0  # seconds the run had trained before this process took it up
         self.env_steps = 0
         self.episodes = 0
         self.recent_returns = deque(maxlen=RUNNING_WINDOW)
         self.best_running = -math.inf
         self.summary_writer = summary_writer
-        self.csv_file = open(os.path.join(run_dir, "episodes.csv"), "w", newline="")
+        path = os.path.join(run_dir, "episodes.csv")
+        if resume_steps is None:
+            self.csv_file = open(path, "w", newline="")
+            self.csv = csv.writer(self.csv_file)
+            self.csv.writerow(EPISODE_COLUMNS)
+            self.csv_file.flush()
+            return
+        rows = read_episodes(path)
+        self.episodes = len(rows["episode"])
+        self.env_steps = max([resume_steps, *rows["env_steps"].astype(int)])
+        self.wall_before = float(rows["wall_s"][-1]) if self.episodes else 0.0
+        self.recent_returns.extend(rows["return"][-RUNNING_WINDOW:])
+        if self.episodes >= RUNNING_WINDOW:
+            self.best_running = float(np.max(rows["running_return"][RUNNING_WINDOW - 1:]))
+        self.csv_file = open(path, "a", newline="")
         self.csv = csv.writer(self.csv_file)
-        self.csv.writerow(EPISODE_COLUMNS)
-        self.csv_file.flush()
+
+    def wall(self) -> float:
+        return self.wall_before + time.time() - self.session_start
 
     def add_steps(self, count: int) -> None:
         with self.lock:
             self.env_steps += count
 
     def budget_used(self) -> float:
-        """The fraction of the run's budget (episodes or env steps, whichever is further) used."""
-        cfg = self.cfg
-        return max(self.episodes / cfg.max_episodes if cfg.max_episodes else 0.0,
-                   self.env_steps / cfg.max_steps if cfg.max_steps else 0.0)
+        return budget_used(self.cfg, self.episodes, self.env_steps)
 
     def record(self, worker: int, episode_return: float, length: int, entropy: float,
                grad_norm: float) -> None:
@@ -368,7 +389,7 @@ class EpisodeLog:
             running = float(np.mean(self.recent_returns))
             if len(self.recent_returns) == RUNNING_WINDOW:
                 self.best_running = max(self.best_running, running)
-            wall = time.time() - self.start_time
+            wall = self.wall()
             self.csv.writerow([worker, self.episodes, self.env_steps, f"{wall:.3f}",
                                f"{episode_return:.6g}", length, f"{running:.6g}",
                                f"{entropy:.6g}", f"{grad_norm:.6g}"])
@@ -383,10 +404,11 @@ class EpisodeLog:
 
     def progress(self) -> dict:
         with self.lock:
-            wall = time.time() - self.start_time
+            wall = self.wall()
+            session = time.time() - self.session_start
             return dict(episodes=self.episodes, env_steps=self.env_steps, wall_s=wall,
                         steps_per_s=self.env_steps / max(wall, 1e-9),
-                        cpu_utilisation=(cpu_seconds() - self.start_cpu) / max(wall, 1e-9)
+                        cpu_utilisation=(cpu_seconds() - self.start_cpu) / max(session, 1e-9)
                         / (os.cpu_count() or 1),
                         running=float(np.mean(self.recent_returns)) if self.recent_returns else math.nan,
                         best_running=self.best_running)
@@ -541,8 +563,9 @@ def session_config():
 
 
 def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: bool = True,
-          out=None) -> dict:
-    """Train, writing everything into a new run folder; returns a summary dict.
+          out=None, resume_dir: str = None) -> dict:
+    """Train, writing everything into a new run folder (or continuing resume_dir's run from its
+    latest checkpoint); returns a summary dict.
 
     Raises UsageError before anything is written when the env or config cannot work, and
     re-raises a worker's exception (after saving the CSV and plot) when a worker fails.
@@ -558,22 +581,42 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         v1.set_random_seed(cfg.seed)
         np.random.seed(cfg.seed)
         global_net, worker_nets = build_graph(spec, cfg)
+        run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
+        checkpoints = Checkpoints(run_dir, cfg)
         init = v1.global_variables_initializer()
-        saver = checkpoint_saver(cfg)
-    workers = [Worker(i, net, env_id, spec, cfg) for i, net in enumerate(worker_nets)]
-
-    run_dir = new_run_dir(results_dir, env_id, cfg.seed)
-    actor_lr, critic_lr = learning_rates(cfg)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump({"env": env_id, "config": dataclasses.asdict(cfg),
-                   "effective_actor_lr": actor_lr, "effective_critic_lr": critic_lr,
-                   "argv": sys.argv, "versions": versions()}, f, indent=2)
-    summary_writer = v1.summary.FileWriter(run_dir, graph)
     sess = v1.Session(graph=graph, config=session_config())
     sess.run(init)
+    resume_steps = None
+    if resume_dir is not None:
+        try:
+            resume_steps = checkpoints.restore(sess)
+            done = read_episodes(os.path.join(run_dir, "episodes.csv"))
+            if budget_used(cfg, len(done["episode"]), max([resume_steps, *done["env_steps"]])) >= 1:
+                raise UsageError(f"{run_dir} already used its budget (max_episodes="
+                                 f"{cfg.max_episodes}, max_steps={cfg.max_steps}); raise "
+                                 f"--max-episodes or --max-steps")
+        except UsageError:
+            sess.close()
+            raise
+    workers = [Worker(i, net, env_id, spec, cfg) for i, net in enumerate(worker_nets)]
+
+    actor_lr, critic_lr = learning_rates(cfg)
+    run_info = {"env": env_id, "config": dataclasses.asdict(cfg),
+                "effective_actor_lr": actor_lr, "effective_critic_lr": critic_lr,
+                "argv": sys.argv, "versions": versions()}
+    if resume_dir is not None:  # keep the history of how the run was started and resumed
+        with open(os.path.join(run_dir, "config.json")) as f:
+            earlier = json.load(f)
+        run_info["resumed"] = earlier.get("resumed", []) + [
+            {"argv": sys.argv, "env_steps": resume_steps,
+             "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
+        run_info["argv"] = earlier.get("argv")
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(run_info, f, indent=2)
+    summary_writer = v1.summary.FileWriter(run_dir, graph)
     for worker in workers:
         worker.prepare(sess)
-    log = EpisodeLog(run_dir, cfg, summary_writer)  # the clock starts here, with the workers
+    log = EpisodeLog(run_dir, cfg, summary_writer, resume_steps)  # the clock starts with the workers
     print(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs; "
           f"results in {run_dir}", file=out, flush=True)
     coord = v1.train.Coordinator()
@@ -589,7 +632,6 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         thread.start()
         threads.append(thread)
 
-    checkpoint_path = os.path.join(run_dir, CHECKPOINT_FOLDER, "model")
     error = None
     interrupted = False
     try:
@@ -597,7 +639,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         while not coord.wait_for_stop(min(cfg.log_every_s, cfg.checkpoint_every_s)):
             print(progress_line(log.progress()), file=out, flush=True)
             if time.time() - last_checkpoint >= cfg.checkpoint_every_s:
-                saver.save(sess, checkpoint_path, global_step=log.env_steps)
+                checkpoints.save(sess, log.env_steps)
                 last_checkpoint = time.time()
         coord.join(threads, stop_grace_period_secs=30)
     except KeyboardInterrupt:
@@ -608,7 +650,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         error = exc
     finally:
         final = log.progress()  # the workers have stopped: the clock stops too
-        saver.save(sess, checkpoint_path, global_step=log.env_steps)
+        checkpoints.save(sess, log.env_steps)
         log.close()
         summary_writer.close()
         sess.close()
@@ -627,33 +669,78 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
 CHECKPOINT_FOLDER = "checkpoints"
 
 
-def checkpoint_saver(cfg: Config):
-    """A Saver of the global net and its RMSProp slots (the workers' copies are pulled anew).
-    Each save writes new files and then swaps the "checkpoint" index file atomically, so an
-    interrupted save never leaves a half-written latest checkpoint."""
-    shared = [v for v in v1.global_variables() if not v.op.name.startswith("worker_")]
-    return v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints)
+class Checkpoints:
+    """Saves and restores the global net, its RMSProp slots and the run's env step counter
+    (the workers' own copies are pulled anew). Each save writes new files and only then swaps
+    the "checkpoint" index file atomically, so a save cut short never leaves a broken latest."""
+
+    def __init__(self, run_dir: str, cfg: Config):
+        self.folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
+        self.env_steps = v1.get_variable("run/env_steps", [], tf.int64, v1.zeros_initializer(),
+                                         trainable=False)
+        self.steps_in = v1.placeholder(tf.int64, [], "run/env_steps_in")
+        self.set_steps = self.env_steps.assign(self.steps_in)
+        shared = [v for v in v1.global_variables() if not v.op.name.startswith("worker_")]
+        self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints)
+        self.shared = shared
+
+    def save(self, sess, env_steps: int) -> None:
+        sess.run(self.set_steps, {self.steps_in: env_steps})
+        self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps)
+
+    def restore(self, sess) -> int:
+        """Restore the latest checkpoint; returns its env step count."""
+        restore_checkpoint(sess, self.saver, latest_checkpoint(self.folder), self.shared)
+        # adopt the earlier checkpoints, so that keep_checkpoints counts them too
+        state = v1.train.get_checkpoint_state(self.folder)
+        self.saver.recover_last_checkpoints(
+            [os.path.join(self.folder, os.path.basename(p)) for p in state.all_model_checkpoint_paths])
+        return int(sess.run(self.env_steps))
 
 
-def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: bool = False,
-             out=None) -> dict:
-    """Run the deterministic policy (mean action / argmax) of a run's latest checkpoint."""
-    out = out or sys.stdout
-    try:
-        with open(os.path.join(run_dir, "config.json")) as f:
-            saved = json.load(f)
-        env_id, cfg = saved["env"], config_module.from_dict(saved["config"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{run_dir} is not a readable run folder ({exc}); pass a folder that "
-                         f"a3c.py wrote, e.g. results/Pendulum-v1/<run>") from None
-    folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
+def latest_checkpoint(folder: str) -> str:
     checkpoint = v1.train.latest_checkpoint(folder)
     if checkpoint is None:
         raise UsageError(f"no checkpoint in {folder}; "
                          f"runs write one at the end and every checkpoint_every_s seconds")
     # the index file names checkpoints by absolute path: resolve it here, so a moved or copied
     # run folder reads its own files
-    checkpoint = os.path.join(folder, os.path.basename(checkpoint))
+    return os.path.join(folder, os.path.basename(checkpoint))
+
+
+def restore_checkpoint(sess, saver, checkpoint: str, variables: list) -> None:
+    """saver.restore, after checking that every variable is stored with this graph's shape
+    (resource variables would silently take another shape); UsageError when it doesn't fit."""
+    try:
+        stored = dict(v1.train.list_variables(checkpoint))
+        for variable in variables:
+            name, shape = variable.op.name, variable.shape.as_list()
+            if stored.get(name) != shape:
+                raise ValueError(f"it holds {name} as {stored.get(name)}, the config builds {shape}")
+        saver.restore(sess, checkpoint)
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot restore {checkpoint}: {first_line} (corrupt, or written by "
+                         f"another network shape)") from None
+
+
+def read_run(run_dir: str) -> tuple[str, Config]:
+    """(env id, config) of a run folder that a3c.py wrote."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            saved = json.load(f)
+        return saved["env"], config_module.from_dict(saved["config"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{run_dir} is not a readable run folder ({exc}); pass a folder that "
+                         f"a3c.py wrote, e.g. results/Pendulum-v1/<run>") from None
+
+
+def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: bool = False,
+             out=None) -> dict:
+    """Run the deterministic policy (mean action / argmax) of a run's latest checkpoint."""
+    out = out or sys.stdout
+    env_id, cfg = read_run(run_dir)
+    checkpoint = latest_checkpoint(os.path.join(run_dir, CHECKPOINT_FOLDER))
     render_mode = "human" if render else ("rgb_array" if record else None)
     if render_mode == "rgb_array":
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # frames only: no window, no display
@@ -665,17 +752,10 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         saver = v1.train.Saver(var_list=net.actor_params + net.critic_params)
     sess = v1.Session(graph=graph, config=session_config())
     try:
-        stored = dict(v1.train.list_variables(checkpoint))
-        for variable in net.actor_params + net.critic_params:
-            name, shape = variable.op.name, variable.shape.as_list()
-            if stored.get(name) != shape:
-                raise ValueError(f"it holds {name} as {stored.get(name)}, the config builds {shape}")
-        saver.restore(sess, checkpoint)
-    except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        restore_checkpoint(sess, saver, checkpoint, net.actor_params + net.critic_params)
+    except UsageError:
         sess.close()
-        raise UsageError(f"cannot restore {checkpoint}: {first_line} (corrupt, or written by "
-                         f"another network shape)") from None
+        raise
 
     greedy = sess.make_callable(net.policy.greedy_action, feed_list=[net.obs])
     returns, frames = [], []
@@ -788,6 +868,9 @@ def parse_args(argv):
     parser.add_argument("--results-dir", default="results", help="where run folders go (default results/)")
     parser.add_argument("--no-plot", action="store_true", help="don't open the plot window "
                         "(rewards.png is saved anyway)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR's run from its latest "
+                        "checkpoint with its config; --max-episodes, --max-steps and --set of "
+                        + ", ".join(RESUMABLE_FIELDS) + " may change")
     parser.add_argument("--eval", metavar="RUN_DIR", help="don't train: run the deterministic "
                         "policy of RUN_DIR's latest checkpoint and print its mean return")
     parser.add_argument("--episodes", type=int, default=10, help="episodes for --eval (default 10)")
@@ -799,10 +882,33 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def config_from_args(args) -> Config:
-    cfg = config_module.config_for(args.env)
+RESUMABLE_FIELDS = ("max_episodes", "max_steps", "log_every_s", "checkpoint_every_s",
+                    "keep_checkpoints")
+
+
+def resume_config(args) -> tuple[str, Config]:
+    """The (env id, config) to continue args.resume's run with: its own config, with only the
+    fields that cannot change what was learned taken from the command line."""
+    env_id, saved = read_run(args.resume)
+    if args.env != parse_args([]).env or args.workers is not None or args.seed is not None:
+        raise UsageError("--resume continues a run with its own --env, --workers and --seed; "
+                         "start a new run to change them")
     try:
         overrides = config_module.parse_overrides(args.set)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    fixed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
+    if fixed:
+        raise UsageError(f"--resume cannot change {', '.join(fixed)}; only "
+                         f"{', '.join(RESUMABLE_FIELDS)} (start a new run to change the others)")
+    args.env = env_id
+    return env_id, config_from_args(args, base=dataclasses.replace(saved, **overrides))
+
+
+def config_from_args(args, base: Config = None) -> Config:
+    cfg = base if base is not None else config_module.config_for(args.env)
+    try:
+        overrides = {} if base is not None else config_module.parse_overrides(args.set)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     for flag, key in (("workers", "workers"), ("seed", "seed")):
@@ -836,8 +942,12 @@ def main(argv=None) -> int:
                 raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
             evaluate(args.eval, args.episodes, args.render, args.record)
             return 0
-        cfg = config_from_args(args)
-        summary = train(args.env, cfg, args.results_dir, show_plot=not args.no_plot)
+        if args.resume is not None:
+            env_id, cfg = resume_config(args)
+            summary = train(env_id, cfg, show_plot=not args.no_plot, resume_dir=args.resume)
+        else:
+            cfg = config_from_args(args)
+            summary = train(args.env, cfg, args.results_dir, show_plot=not args.no_plot)
     except UsageError as exc:
         print(f"a3c.py: error: {exc}", file=sys.stderr)
         return 2

@@ -122,3 +122,67 @@ def test_a_non_finite_gradient_stops_training_and_the_checkpoint_stays_finite(tm
     assert any(name.startswith("global/actor") for name in names)
     for name in names:
         assert np.all(np.isfinite(a3c.v1.train.load_variable(checkpoint, name))), name
+
+
+def episode_rows(run_dir):
+    with open(os.path.join(run_dir, "episodes.csv")) as f:
+        return f.read().splitlines()[1:]
+
+
+def test_resume_continues_the_counters_the_csv_and_the_plot(tmp_path, capsys):
+    summary, _ = train("CartPole-v1", tmp_path, max_episodes=40)
+    run_dir = summary["run_dir"]
+    assert a3c.main(["--resume", run_dir, "--max-episodes", "80", "--no-plot"]) == 0
+    rows = [row.split(",") for row in episode_rows(run_dir)]
+    assert [int(r[1]) for r in rows] == list(range(1, 81))
+    steps = [int(r[2]) for r in rows]
+    walls = [float(r[3]) for r in rows]
+    assert steps == sorted(steps) and walls == sorted(walls)
+    assert steps[40] > steps[39] >= summary["env_steps"] - 1000
+    with open(os.path.join(run_dir, "config.json")) as f:
+        saved = json.load(f)
+    assert saved["config"]["max_episodes"] == 80 and len(saved["resumed"]) == 1
+    latest = a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    assert int(latest.rsplit("-", 1)[1]) >= steps[-1]
+    assert len(a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))["episode"]) == 80
+
+
+@pytest.mark.parametrize("argv, words", [
+    ([], ["already used its budget"]),
+    (["--max-episodes", "99", "--set", "gamma=0.5"], ["cannot change gamma"]),
+    (["--max-episodes", "99", "--workers", "3"], ["its own --env, --workers and --seed"]),
+])
+def test_resume_refuses_what_would_change_the_run_and_writes_nothing(argv, words, trained_run,
+                                                                      capsys):
+    before = {name: open(os.path.join(trained_run, name)).read()
+              for name in ("episodes.csv", "config.json")}
+    refused(["--resume", trained_run, "--no-plot"] + argv, capsys, *words)
+    for name, text in before.items():
+        assert open(os.path.join(trained_run, name)).read() == text
+
+
+def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp_path, capsys):
+    import signal
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(root, "a3c.py"), "--env", "CartPole-v1", "--workers", "2",
+         "--max-steps", "100000000", "--no-plot", "--results-dir", str(tmp_path),
+         "--set", "log_every_s=0.3", "--set", "checkpoint_every_s=0.3"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    progress_lines = 0
+    for line in process.stdout:
+        progress_lines += line.startswith("episodes")
+        if progress_lines == 3:  # at least two periodic checkpoints are written by now
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
+    before = len(episode_rows(run_dir))
+    assert before > 0
+
+    assert a3c.main(["--resume", run_dir, "--max-episodes", str(before + 30), "--no-plot"]) == 0
+    rows = [row.split(",") for row in episode_rows(run_dir)]
+    assert [int(r[1]) for r in rows] == list(range(1, before + 31))
