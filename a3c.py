@@ -954,6 +954,10 @@ def main(argv=None) -> int:
     except WorkerError as exc:
         print(f"a3c.py: error: training stopped: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one was being handled
+        print("a3c.py: interrupted twice: stopped at once; the run keeps its last checkpoint and "
+              "every episode its CSV recorded (--resume continues it)", file=sys.stderr)
+        return 130
     return 130 if summary["interrupted"] else 0
 
 

@@ -82,8 +82,9 @@ def test_eval_refuses_a_checkpoint_of_another_network_shape(trained_run, tmp_pat
     refused(["--eval", str(run)], capsys, "cannot restore", "another network shape")
 
 
-@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
-def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signal, tmp_path):
+@pytest.mark.parametrize("stop_signals", [["SIGINT"], ["SIGTERM"], ["SIGINT", "SIGINT"]],
+                         ids=["ctrl-c", "sigterm", "ctrl-c-twice"])
+def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, tmp_path):
     import signal
     import subprocess
     import sys
@@ -99,15 +100,19 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signal, tm
         if line.startswith("episodes"):
             break
     started = time.time()
-    process.send_signal(getattr(signal, stop_signal))
+    for name in stop_signals:
+        process.send_signal(getattr(signal, name))
+        time.sleep(0.01)
     out, err = process.communicate(timeout=60)
     assert time.time() - started < 10
     assert process.returncode == 130, err
-    assert out.startswith("interrupted:")
+    assert "Traceback" not in err
+    assert out.startswith("interrupted:") or "interrupted twice" in err
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
-    for name in ("config.json", "episodes.csv", "rewards.png"):
-        assert os.path.exists(os.path.join(run_dir, name))
-    assert a3c.v1.train.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    assert len(episode_rows(run_dir)) > 0
+    if len(stop_signals) == 1:  # the second Ctrl-C skips the plot; the CSV is there either way
+        assert os.path.exists(os.path.join(run_dir, "rewards.png"))
+        assert a3c.v1.train.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
 
 
 def test_a_non_finite_gradient_stops_training_and_the_checkpoint_stays_finite(tmp_path):

@@ -92,6 +92,7 @@ def test_a_failing_worker_stops_every_thread_and_reaches_the_user(tmp_path):
     (run_dir,) = glob.glob(os.path.join(tmp_path, "A3CTest_Failing-v0", "*"))
     assert len(read_rows(run_dir)) > 1, "episodes finished before the crash are kept"
     assert os.path.exists(os.path.join(run_dir, "rewards.png"))
+    assert a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER)), "state is saved"
 
 
 def test_the_episode_log_counts_exactly_under_many_threads(tmp_path):
