@@ -582,7 +582,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         np.random.seed(cfg.seed)
         global_net, worker_nets = build_graph(spec, cfg)
         run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
-        checkpoints = Checkpoints(run_dir, cfg)
+        checkpoints = Checkpoints(run_dir, cfg, env_id)
         init = v1.global_variables_initializer()
     sess = v1.Session(graph=graph, config=session_config())
     sess.run(init)
@@ -667,6 +667,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
 
 
 CHECKPOINT_FOLDER = "checkpoints"
+ENV_ID_VARIABLE = "run/env_id"
 
 
 class Checkpoints:
@@ -674,8 +675,10 @@ class Checkpoints:
     (the workers' own copies are pulled anew). Each save writes new files and only then swaps
     the "checkpoint" index file atomically, so a save cut short never leaves a broken latest."""
 
-    def __init__(self, run_dir: str, cfg: Config):
+    def __init__(self, run_dir: str, cfg: Config, env_id: str):
         self.folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
+        self.env_id = env_id
+        v1.Variable(env_id, name=ENV_ID_VARIABLE, trainable=False)  # checked when restoring
         self.env_steps = v1.get_variable("run/env_steps", [], tf.int64, v1.zeros_initializer(),
                                          trainable=False)
         self.steps_in = v1.placeholder(tf.int64, [], "run/env_steps_in")
@@ -690,7 +693,7 @@ class Checkpoints:
 
     def restore(self, sess) -> int:
         """Restore the latest checkpoint; returns its env step count."""
-        restore_checkpoint(sess, self.saver, latest_checkpoint(self.folder), self.shared)
+        restore_checkpoint(sess, self.saver, latest_checkpoint(self.folder), self.shared, self.env_id)
         # adopt the earlier checkpoints, so that keep_checkpoints counts them too
         state = v1.train.get_checkpoint_state(self.folder)
         self.saver.recover_last_checkpoints(
@@ -708,11 +711,15 @@ def latest_checkpoint(folder: str) -> str:
     return os.path.join(folder, os.path.basename(checkpoint))
 
 
-def restore_checkpoint(sess, saver, checkpoint: str, variables: list) -> None:
-    """saver.restore, after checking that every variable is stored with this graph's shape
-    (resource variables would silently take another shape); UsageError when it doesn't fit."""
+def restore_checkpoint(sess, saver, checkpoint: str, variables: list, env_id: str) -> None:
+    """saver.restore, after checking that the checkpoint was trained on env_id and that every
+    variable is stored with this graph's shape (resource variables would silently take another
+    shape); UsageError when it doesn't fit."""
     try:
         stored = dict(v1.train.list_variables(checkpoint))
+        trained_on = v1.train.load_variable(checkpoint, ENV_ID_VARIABLE).decode()
+        if trained_on != env_id:
+            raise ValueError(f"it was trained on {trained_on}, not {env_id}")
         for variable in variables:
             name, shape = variable.op.name, variable.shape.as_list()
             if stored.get(name) != shape:
@@ -720,8 +727,8 @@ def restore_checkpoint(sess, saver, checkpoint: str, variables: list) -> None:
         saver.restore(sess, checkpoint)
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot restore {checkpoint}: {first_line} (corrupt, or written by "
-                         f"another network shape)") from None
+        raise UsageError(f"cannot restore {checkpoint}: {first_line} (corrupt, or written for "
+                         f"another env or network shape)") from None
 
 
 def read_run(run_dir: str) -> tuple[str, Config]:
@@ -752,7 +759,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         saver = v1.train.Saver(var_list=net.actor_params + net.critic_params)
     sess = v1.Session(graph=graph, config=session_config())
     try:
-        restore_checkpoint(sess, saver, checkpoint, net.actor_params + net.critic_params)
+        restore_checkpoint(sess, saver, checkpoint, net.actor_params + net.critic_params, env_id)
     except UsageError:
         sess.close()
         raise
