@@ -1,0 +1,114 @@
+"""Optional comparison: Stable-Baselines3's A2C with the rl-zoo hyperparameters, same targets.
+
+Needs PyTorch and Stable-Baselines3, which the trainer never does; install them in a separate
+environment, e.g. `pip install torch stable-baselines3 gymnasium matplotlib`, then
+
+    python bench/sb3_a2c.py                 # Pendulum-v1 and CartPole-v1, seeds 1 2 3
+
+Each run trains until the mean of the last 100 raw episode returns reaches the target of
+bench/learning.py (or the step budget runs out) and reports when, in episodes, env steps and wall
+seconds, next to its env steps/s. Writes results/sb3_a2c.md unless --no-save.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections import deque
+
+# the hyperparameters of rl-baselines3-zoo's a2c.yml for these envs (8 envs each)
+ZOO = {
+    "Pendulum-v1": dict(normalize=True, kwargs=dict(
+        n_steps=8, gamma=0.9, gae_lambda=0.9, ent_coef=0.0, vf_coef=0.4, max_grad_norm=0.5,
+        use_rms_prop=True, normalize_advantage=False, use_sde=True,
+        policy_kwargs=dict(log_std_init=-2, ortho_init=False)),
+        lr=7e-4, linear_lr=True, timesteps=1_000_000),
+    "CartPole-v1": dict(normalize=False, kwargs=dict(ent_coef=0.0), lr=7e-4, linear_lr=False,
+                        timesteps=500_000),
+}
+TARGETS = {"Pendulum-v1": -200.0, "CartPole-v1": 475.0}
+
+
+def run(env_id: str, seed: int, budget_steps: int) -> dict:
+    from stable_baselines3 import A2C
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    zoo = ZOO[env_id]
+    env = make_vec_env(env_id, n_envs=8, seed=seed)  # Monitor inside: raw returns
+    if zoo["normalize"]:
+        env = VecNormalize(env, gamma=zoo["kwargs"]["gamma"])
+    lr = zoo["lr"]
+    schedule = (lambda remaining: remaining * lr) if zoo["linear_lr"] else lr
+    model = A2C("MlpPolicy", env, learning_rate=schedule, seed=seed, verbose=0, **zoo["kwargs"])
+    target = TARGETS[env_id]
+
+    class Watch(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.returns = deque(maxlen=100)
+            self.episodes = 0
+            self.reached = None
+
+        def _on_training_start(self):
+            self.start = time.time()
+
+        def _on_step(self):
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    self.episodes += 1
+                    self.returns.append(info["episode"]["r"])
+                    if (self.reached is None and len(self.returns) == 100
+                            and statistics.mean(self.returns) >= target):
+                        self.reached = (self.episodes, self.num_timesteps, time.time() - self.start)
+            return self.reached is None and self.num_timesteps < budget_steps
+
+    watch = Watch()
+    model.learn(total_timesteps=zoo["timesteps"], callback=watch)
+    wall = time.time() - watch.start
+    return dict(env=env_id, seed=seed, reached=watch.reached, steps=model.num_timesteps, wall=wall,
+                steps_per_s=model.num_timesteps / wall)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", nargs="+", default=list(ZOO))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--budget-steps", type=int, default=600_000)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "results"))
+    parser.add_argument("--no-save", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        import stable_baselines3
+        import torch
+    except ImportError:
+        print("bench/sb3_a2c.py: error: needs torch and stable-baselines3 "
+              "(pip install torch stable-baselines3), an optional comparison", file=sys.stderr)
+        return 2
+
+    lines = ["| env | seed | target (mean-100) | reached at episode | env steps | wall s | env steps/s |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for env_id in args.envs:
+        for seed in args.seeds:
+            r = run(env_id, seed, args.budget_steps)
+            episode, steps, wall = r["reached"] or ("never", r["steps"], r["wall"])
+            lines.append(f"| {env_id} | {seed} | {TARGETS[env_id]:g} | {episode} | "
+                         f"{'never within ' if r['reached'] is None else ''}{steps:,} | "
+                         f"{wall:.1f} | {r['steps_per_s']:,.0f} |")
+            print(lines[-1], flush=True)
+    text = (f"# Stable-Baselines3 A2C, rl-zoo hyperparameters, 8 envs\n\n`python bench/sb3_a2c.py` "
+            f"(stable-baselines3 {stable_baselines3.__version__}, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} torch threads)\n\n" + "\n".join(lines) + "\n")
+    print(text)
+    if not args.no_save:
+        with open(os.path.join(args.out, "sb3_a2c.md"), "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
