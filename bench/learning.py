@@ -38,12 +38,13 @@ def first_reach(rows: dict, target: float):
 
 def run_one(env_id: str, seed: int, overrides: dict, workdir: str) -> dict:
     target, budget = TARGETS.get(env_id, (np.inf, 1000))
-    cfg = dataclasses.replace(config_module.config_for(env_id), seed=seed, max_episodes=budget,
-                              **overrides)
+    cfg = dataclasses.replace(config_module.config_for(env_id), seed=seed, max_episodes=budget)
+    cfg = dataclasses.replace(cfg, **overrides)  # --set max_episodes=... may extend the budget
     summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
     rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
     hit = first_reach(rows, target)
-    return dict(env=env_id, seed=seed, rows=rows, steps_per_s=summary["steps_per_s"],
+    return dict(env=env_id, seed=seed, budget=cfg.max_episodes, rows=rows,
+                steps_per_s=summary["steps_per_s"],
                 wall_s=summary["wall_s"], env_steps=summary["env_steps"],
                 final=float(rows["running_return"][-1]),
                 best=float(np.max(rows["running_return"][a3c.RUNNING_WINDOW - 1:], initial=-np.inf)),
@@ -69,9 +70,9 @@ def table(results: list[dict]) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for env_id in dict.fromkeys(r["env"] for r in results):
         runs = [r for r in results if r["env"] == env_id]
-        target, budget = TARGETS.get(env_id, (np.inf, 0))
+        target = TARGETS.get(env_id, (np.inf, 0))[0]
         for r in runs:
-            lines.append(f"| {env_id} | {r['seed']} | {target:g} in {budget} ep | "
+            lines.append(f"| {env_id} | {r['seed']} | {target:g} in {r['budget']} ep | "
                          f"{fmt(r['hit_episode'])} | {fmt(r['hit_steps'])} | "
                          f"{fmt(r['hit_wall'], '{:.1f}')} | {r['final']:.1f} | {r['best']:.1f} | "
                          f"{r['steps_per_s']:,.0f} |")
