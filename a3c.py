@@ -339,9 +339,9 @@ class EpisodeLog:
     scalar set; `return` is always the environment's raw return.
     """
 
-    def __init__(self, run_dir: str, cfg: Config, summary_writer, resume_steps: int = None):
-        """resume_steps: continue the run's episodes.csv and counters (env steps from its
-        checkpoint, or further if the CSV got further) instead of starting a new one."""
+    def __init__(self, run_dir: str, cfg: Config, summary_writer, history: tuple = None):
+        """history: (rows of the run's episodes.csv, env steps so far) to continue that CSV and
+        those counters instead of starting a new one."""
         self.cfg = cfg
         self.lock = threading.Lock()
         self.session_start = time.time()
@@ -353,15 +353,14 @@ class EpisodeLog:
         self.best_running = -math.inf
         self.summary_writer = summary_writer
         path = os.path.join(run_dir, "episodes.csv")
-        if resume_steps is None:
+        if history is None:
             self.csv_file = open(path, "w", newline="")
             self.csv = csv.writer(self.csv_file)
             self.csv.writerow(EPISODE_COLUMNS)
             self.csv_file.flush()
             return
-        rows = read_episodes(path)
+        rows, self.env_steps = history
         self.episodes = len(rows["episode"])
-        self.env_steps = max([resume_steps, *rows["env_steps"].astype(int)])
         self.wall_before = float(rows["wall_s"][-1]) if self.episodes else 0.0
         self.recent_returns.extend(rows["return"][-RUNNING_WINDOW:])
         if self.episodes >= RUNNING_WINDOW:
@@ -586,12 +585,14 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         init = v1.global_variables_initializer()
     sess = v1.Session(graph=graph, config=session_config())
     sess.run(init)
-    resume_steps = None
+    history = None
     if resume_dir is not None:
         try:
-            resume_steps = checkpoints.restore(sess)
-            done = read_episodes(os.path.join(run_dir, "episodes.csv"))
-            if budget_used(cfg, len(done["episode"]), max([resume_steps, *done["env_steps"]])) >= 1:
+            rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
+            # the checkpoint's step count, or further if the CSV recorded episodes after it
+            resume_steps = int(max([checkpoints.restore(sess), *rows["env_steps"].astype(int)]))
+            history = (rows, resume_steps)
+            if budget_used(cfg, len(rows["episode"]), resume_steps) >= 1:
                 raise UsageError(f"{run_dir} already used its budget (max_episodes="
                                  f"{cfg.max_episodes}, max_steps={cfg.max_steps}); raise "
                                  f"--max-episodes or --max-steps")
@@ -616,7 +617,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     summary_writer = v1.summary.FileWriter(run_dir, graph)
     for worker in workers:
         worker.prepare(sess)
-    log = EpisodeLog(run_dir, cfg, summary_writer, resume_steps)  # the clock starts with the workers
+    log = EpisodeLog(run_dir, cfg, summary_writer, history)  # the clock starts with the workers
     print(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs; "
           f"results in {run_dir}", file=out, flush=True)
     coord = v1.train.Coordinator()
@@ -765,9 +766,8 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         raise
 
     greedy = sess.make_callable(net.policy.greedy_action, feed_list=[net.obs])
-    returns, frames = [], []
     try:
-        run_greedy_episodes(env, greedy, episodes, record, returns, frames)
+        returns, frames = run_greedy_episodes(env, greedy, episodes, record)
     except gym.error.DependencyNotInstalled as exc:
         raise UsageError(f"{env_id} cannot render: {exc}") from None
     finally:
@@ -784,9 +784,10 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     return result
 
 
-def run_greedy_episodes(env, greedy, episodes: int, record: bool, returns: list, frames: list):
-    """Play `episodes` episodes with the greedy policy, appending raw returns (and, if recording,
-    the first episode's frames)."""
+def run_greedy_episodes(env, greedy, episodes: int, record: bool) -> tuple[list, list]:
+    """Play `episodes` episodes with the greedy policy: their raw returns, and the first
+    episode's frames when recording."""
+    returns, frames = [], []
     for episode in range(episodes):
         obs, _ = env.reset(seed=10_000 + episode)
         total, done = 0.0, False
@@ -798,6 +799,7 @@ def run_greedy_episodes(env, greedy, episodes: int, record: bool, returns: list,
             total += reward
             done = terminated or truncated
         returns.append(total)
+    return returns, frames
 
 
 def save_animation(frames: list, path: str) -> str:
