@@ -129,7 +129,7 @@ def dense(x, size, name, activation=None, gain=np.sqrt(2), bias=0.0):
     """A fully connected layer from get_variable + matmul (tf.compat.v1.layers left with Keras 3)."""
     w = v1.get_variable(f"{name}/w", [x.shape[-1], size], initializer=v1.orthogonal_initializer(gain))
     b = v1.get_variable(f"{name}/b", [size], initializer=v1.constant_initializer(bias))
-    y = tf.matmul(x, w) + b
+    y = tf.nn.bias_add(tf.matmul(x, w), b)  # its gradient is one op; a broadcasting add's is seven
     return activation(y) if activation is not None else y
 
 
@@ -142,13 +142,14 @@ def mlp(x, sizes, name):
 class GaussianPolicy:
     """Any flat Box action space: a diagonal Gaussian whose mean lies inside [low, high].
 
-    mean  = low + (high - low) * (tanh(u) + 1) / 2
+    mean  = (low + high) / 2 + (high - low) / 2 * tanh(u)
     sigma = (softplus(v) + sigma_floor) * (high - low) / 2, v from the state or a free parameter
     The raw sample is what the log-probability is taken of; the env gets it clipped to the bounds.
     """
 
     def __init__(self, features, spec: EnvSpec, cfg: Config):
         half_range = (spec.action_high - spec.action_low) / 2
+        centre = (spec.action_high + spec.action_low) / 2
         u = dense(features, spec.n_actions, "mean", gain=0.01)
         v_init = np.log(np.expm1(cfg.initial_sigma - cfg.sigma_floor))  # softplus(v_init) + floor
         if cfg.sigma_from_state:
@@ -156,7 +157,7 @@ class GaussianPolicy:
         else:  # one learned sigma per action dimension, shared by all states
             v = v1.get_variable("sigma/v", [spec.n_actions], initializer=v1.constant_initializer(v_init))
             v = v + tf.zeros_like(u)
-        self.mean = spec.action_low + half_range * (tf.tanh(u) + 1)
+        self.mean = centre + half_range * tf.tanh(u)
         self.sigma = (tf.nn.softplus(v) + cfg.sigma_floor) * half_range
         self.sample = self.mean + self.sigma * tf.random.normal(tf.shape(self.mean))
         self.env_action = tf.clip_by_value(self.sample, spec.action_low, spec.action_high)
@@ -216,6 +217,8 @@ def n_step_returns(rewards, next_values, terminated, ended, gamma):
     T is static, so the recursion unrolls into T small ops (no while loop in the hot path).
     """
     steps = rewards.shape[0]
+    rewards, next_values, terminated, ended = (
+        tf.unstack(x, num=steps) for x in (rewards, next_values, terminated, ended))
     returns = [None] * steps
     following = next_values[steps - 1]
     for t in reversed(range(steps)):
@@ -235,6 +238,8 @@ class ACNet:
       rewards, terminated, ended [T, E]
       -> returns [T, E]; push_and_pull: apply both clipped gradients to the global net, then
          copy the global parameters back into this net, in one session call.
+      current_obs [E, obs_dim] -> policy_after_pull: the next step's actions, chosen in that same
+         call with the parameters just pulled (one act call fewer per rollout).
     """
 
     def __init__(self, scope: str, spec: EnvSpec, cfg: Config, global_net: "ACNet" = None,
@@ -290,6 +295,11 @@ class ACNet:
         self.pull = copy_global_params()
         with tf.control_dependencies([self.push]):  # pull only after this push has landed
             self.push_and_pull = copy_global_params()
+
+        self.current_obs = v1.placeholder(tf.float32, [E, spec.obs_dim], "current_obs")
+        with tf.control_dependencies([self.push_and_pull]):  # read the parameters just pulled
+            with v1.variable_scope(v1.get_variable_scope(), reuse=True):
+                self.policy_after_pull = build_actor(self.current_obs, spec, cfg)
 
 
 def learning_rates(cfg: Config) -> tuple[float, float]:
@@ -453,9 +463,11 @@ class Worker:
         net = self.net
         self.act = sess.make_callable([net.policy.sample, net.policy.env_action], feed_list=[net.obs])
         self.update = sess.make_callable(
-            [net.push_and_pull, net.entropy, net.grad_norm],
+            [net.push_and_pull, net.entropy, net.grad_norm,
+             net.policy_after_pull.sample, net.policy_after_pull.env_action],
             feed_list=[net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
-                       net.lr_fraction])
+                       net.current_obs, net.lr_fraction])
+        self.chosen_actions = None  # (sampled, for the envs) for self.obs, chosen by the last update
         sess.run(net.pull)
         first_seed = self.cfg.seed * 1000 + self.index * len(self.envs)
         self.obs = np.stack([env.reset(seed=first_seed + k)[0]
@@ -472,7 +484,10 @@ class Worker:
         finished = []
         for t in range(self.cfg.n_steps):
             self.rollout_obs[t] = self.obs
-            self.actions[t], env_actions = self.act(self.obs)
+            if self.chosen_actions is None:
+                self.chosen_actions = self.act(self.obs)
+            self.actions[t], env_actions = self.chosen_actions
+            self.chosen_actions = None
             next_obs, raw_rewards, terminated, truncated, _ = zip(
                 *[env.step(action) for env, action in zip(self.envs, env_actions)])
             raw_rewards = np.array(raw_rewards)
@@ -492,12 +507,14 @@ class Worker:
         return finished
 
     def push_and_pull(self, lr_fraction: float) -> tuple[float, float]:
-        """Push this rollout's clipped gradients to the global net and pull it back; returns the
-        policy entropy and the gradient norm before clipping."""
+        """Push this rollout's clipped gradients to the global net and pull it back; the same call
+        chooses the next step's actions with the pulled parameters. Returns the policy entropy
+        and the gradient norm before clipping."""
         T, E = self.cfg.n_steps, len(self.envs)
-        _, entropy, grad_norm = self.update(
+        _, entropy, grad_norm, *self.chosen_actions = self.update(
             self.rollout_obs.reshape(T * E, -1), self.actions.reshape(T * E, *self.actions.shape[2:]),
-            self.next_obs.reshape(T * E, -1), self.rewards, self.terminated, self.ended, lr_fraction)
+            self.next_obs.reshape(T * E, -1), self.rewards, self.terminated, self.ended, self.obs,
+            lr_fraction)
         return entropy, grad_norm
 
     def work(self, coord, log: EpisodeLog) -> None:
@@ -553,10 +570,11 @@ def versions() -> dict:
 
 
 def session_config():
-    """One thread per op and per graph step: the worker threads already keep both cores busy,
-    and more TensorFlow threads only contend with them (bench/throughput.py). Grappler's graph
-    rewrites are off: on these tiny graphs they cost more per call than they save, and memory."""
-    config = v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+    """Each session call runs its ops in the worker thread that made it (inter_op -1), one thread
+    per op: these graphs are too small to share out, and handing each call to a pool thread
+    cost a worker more than the ops themselves (bench/throughput.py). Grappler's graph rewrites
+    are off: on these tiny graphs they cost more per call than they save, and memory."""
+    config = v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=-1)
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     return config
 

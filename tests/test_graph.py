@@ -171,6 +171,25 @@ def test_push_changes_the_global_net_and_pull_makes_local_equal_global(spec):
     sess.close()
 
 
+def test_the_update_chooses_the_next_actions_with_the_parameters_it_just_pulled():
+    spec = discrete_spec(3)
+    cfg = Config(workers=1, envs_per_worker=16, n_steps=2, actor_hidden=(8,), critic_hidden=(8,))
+    sess, global_net, (worker,) = build_session(spec, cfg)
+    sess.run(worker.pull)
+    # the global policy now all but always picks action 2; this worker's copy still picks any
+    logits_bias = next(v for v in global_net.actor_params if v.op.name.endswith("logits/b"))
+    sess.run(logits_bias.assign([-50.0, -50.0, 50.0]))
+    current_obs = np.random.default_rng(5).normal(size=(16, spec.obs_dim)).astype(np.float32)
+    before = sess.run(worker.policy.sample, {worker.obs: current_obs})
+    assert len(set(before.tolist())) > 1
+
+    feed = rollout_feed(worker, spec, cfg, np.random.default_rng(6))
+    feed[worker.current_obs] = current_obs
+    chosen = sess.run(worker.policy_after_pull.sample, feed)
+    np.testing.assert_array_equal(chosen, np.full(16, 2))
+    sess.close()
+
+
 def test_gradients_are_clipped_to_the_configured_global_norm():
     spec = discrete_spec(2)
     cfg = Config(workers=1, n_steps=4, clip_norm=1e-3, actor_hidden=(8,), critic_hidden=(8,))
