@@ -57,6 +57,10 @@ tf = import_tensorflow_quietly()
 tf.compat.v1.disable_eager_execution()
 tf.get_logger().setLevel("ERROR")  # compat.v1 deprecation notices
 v1 = tf.compat.v1
+try:  # the options of the C++ callable beneath Session.make_callable (see session_callable)
+    from tensorflow.core.protobuf.config_pb2 import CallableOptions
+except ImportError:
+    CallableOptions = None
 
 EPISODE_COLUMNS = ["worker", "episode", "env_steps", "wall_s", "return", "length",
                    "running_return", "entropy", "grad_norm"]
@@ -430,6 +434,27 @@ class EpisodeLog:
 # The worker loop
 # ---------------------------------------------------------------------------------------------
 
+def session_callable(sess, fetches: list, feeds: list):
+    """A function of the feeds' values (NumPy arrays of exactly the placeholders' dtypes) that
+    runs `fetches` in one session call and returns the values of the tensors among them.
+
+    Session.make_callable hands every call that has feeds to Session.run, whose Python feed and
+    fetch handling costs ~55 us per call here, more than these graphs' ops, and holds the GIL
+    throughout. The C++ callable beneath it (Session._make_callable_from_options, which
+    TensorFlow's own Keras 2 backend uses) costs ~4 us and releases the GIL while the ops run,
+    so worker threads overlap. A TensorFlow without it gets make_callable: same results, slower.
+    """
+    tensors = [f for f in fetches if isinstance(f, tf.Tensor)]
+    operations = [f for f in fetches if isinstance(f, tf.Operation)]
+    make_from_options = getattr(sess, "_make_callable_from_options", None)
+    if CallableOptions is None or make_from_options is None:
+        slow = sess.make_callable(tensors + operations, feed_list=feeds)
+        return lambda *values: slow(*values)[:len(tensors)]
+    return make_from_options(CallableOptions(feed=[t.name for t in feeds],
+                                             fetch=[t.name for t in tensors],
+                                             target=[op.name for op in operations]))
+
+
 class Worker:
     """One thread's environments and local net, running the n-step rollout loop.
 
@@ -461,12 +486,12 @@ class Worker:
         with their seeds. TensorFlow prepares a callable's executors when it is made, so this runs
         before the clock starts."""
         net = self.net
-        self.act = sess.make_callable([net.policy.sample, net.policy.env_action], feed_list=[net.obs])
-        self.update = sess.make_callable(
-            [net.push_and_pull, net.entropy, net.grad_norm,
-             net.policy_after_pull.sample, net.policy_after_pull.env_action],
-            feed_list=[net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
-                       net.current_obs, net.lr_fraction])
+        self.act = session_callable(sess, [net.policy.sample, net.policy.env_action], [net.obs])
+        self.update = session_callable(
+            sess, [net.push_and_pull, net.entropy, net.grad_norm,
+                   net.policy_after_pull.sample, net.policy_after_pull.env_action],
+            [net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
+             net.current_obs, net.lr_fraction])
         self.chosen_actions = None  # (sampled, for the envs) for self.obs, chosen by the last update
         sess.run(net.pull)
         first_seed = self.cfg.seed * 1000 + self.index * len(self.envs)
@@ -511,11 +536,11 @@ class Worker:
         chooses the next step's actions with the pulled parameters. Returns the policy entropy
         and the gradient norm before clipping."""
         T, E = self.cfg.n_steps, len(self.envs)
-        _, entropy, grad_norm, *self.chosen_actions = self.update(
+        entropy, grad_norm, *self.chosen_actions = self.update(
             self.rollout_obs.reshape(T * E, -1), self.actions.reshape(T * E, *self.actions.shape[2:]),
             self.next_obs.reshape(T * E, -1), self.rewards, self.terminated, self.ended, self.obs,
-            lr_fraction)
-        return entropy, grad_norm
+            np.float32(lr_fraction))
+        return float(entropy), float(grad_norm)
 
     def work(self, coord, log: EpisodeLog) -> None:
         steps_per_rollout = self.cfg.n_steps * len(self.envs)

@@ -216,3 +216,35 @@ def test_learning_rates_are_divided_by_sqrt_workers_when_asked():
     assert any("RMSPropActor" in n for n in names) and any("RMSPropCritic" in n for n in names)
     assert a3c.learning_rates(cfg) == pytest.approx((0.05, 0.1))
     assert a3c.learning_rates(dataclasses.replace(cfg, scale_lr_with_workers=False)) == (0.1, 0.2)
+
+
+class SessionWithoutCppCallables:
+    """The real session, seen as a TensorFlow that lacks Session._make_callable_from_options."""
+
+    def __init__(self, sess):
+        self.make_callable = sess.make_callable
+
+
+def test_session_callables_return_what_session_run_returns_and_run_their_operations():
+    with tf.Graph().as_default() as graph:
+        x = v1.placeholder(tf.float32, [None, 2], "x")
+        k = v1.placeholder(tf.int32, [], "k")
+        counter = v1.get_variable("counter", [], tf.int32, v1.zeros_initializer())
+        bump = counter.assign_add(k).op
+        doubled, shifted = 2.0 * x, tf.cast(k, tf.float32) + tf.reduce_sum(x, axis=1)
+        init = v1.global_variables_initializer()
+    sess = v1.Session(graph=graph)
+    sess.run(init)
+    values = np.arange(6, dtype=np.float32).reshape(3, 2)
+    expected = sess.run([doubled, shifted], {x: values, k: 5})
+
+    fast = a3c.session_callable(sess, [doubled, bump, shifted], [x, k])
+    slow = a3c.session_callable(SessionWithoutCppCallables(sess), [doubled, bump, shifted], [x, k])
+    assert type(fast) is not type(slow)  # the installed TensorFlow offers the C++ callable
+    for run in (fast, slow):
+        got = run(values, np.int32(5))
+        assert len(got) == 2
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(g, e)
+    assert sess.run(counter) == 10  # each call ran the operation once
+    sess.close()
