@@ -1,6 +1,6 @@
 """Throughput benchmark: env steps/s of the trainer against a bare environment loop.
 
-    python bench/throughput.py                         # the full grid (~25 minutes on 2 cores)
+    python bench/throughput.py                         # the full grid (~15 minutes on 2 cores)
     python bench/throughput.py --envs Pendulum-v1 --workers 8 --envs-per-worker 1 4 16 --no-save
 
 For each environment it first times a bare single-thread loop (gym.make, a fixed valid action, no
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=["Pendulum-v1", "CartPole-v1"])
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4, 8, 16])
-    parser.add_argument("--envs-per-worker", nargs="+", type=int, default=[1, 4, 16])
+    parser.add_argument("--envs-per-worker", nargs="+", type=int, default=[1, 4, 8, 16, 32])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"))
