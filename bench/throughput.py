@@ -168,7 +168,7 @@ def plot(rows, bare, path) -> None:
         for per_worker in sorted({r["envs_per_worker"] for r in env_rows}):
             line = [r for r in env_rows if r["envs_per_worker"] == per_worker]
             ax.plot([r["workers"] for r in line], [r["steps_per_s"] for r in line], marker="o",
-                    label=f"{per_worker} envs per worker")
+                    label=f"{per_worker} env{'s' if per_worker > 1 else ''} per worker")
         ax.axhline(bare[env_id], color="black", linestyle="--", label="bare env loop, 1 thread")
         ax.axhline(bare[env_id] / 2, color="gray", linestyle=":", label="half the bare loop")
         ax.set_xscale("log", base=2)
