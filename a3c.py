@@ -71,6 +71,12 @@ class UsageError(Exception):
     """Bad input from the user: reported in one line, exit status 2, nothing written."""
 
 
+def first_line(exc: Exception) -> str:
+    """The first line of an exception's message (or its type's name): fit for a one-line error."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class WorkerError(Exception):
     """A worker thread raised: carries the worker's name to the user."""
 
@@ -99,8 +105,7 @@ def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
     try:
         return gym.make(env_id, **kwargs)
     except Exception as exc:  # gymnasium raises several types for unknown or broken ids
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot make environment '{env_id}': {message} "
+        raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
                          f"(gymnasium.pprint_registry() lists the known ids)") from exc
 
 
@@ -770,8 +775,7 @@ def restore_checkpoint(sess, saver, checkpoint: str, variables: list, env_id: st
                 raise ValueError(f"it holds {name} as {stored.get(name)}, the config builds {shape}")
         saver.restore(sess, checkpoint)
     except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot restore {checkpoint}: {first_line} (corrupt, or written for "
+        raise UsageError(f"cannot restore {checkpoint}: {first_line(exc)} (corrupt, or written for "
                          f"another env or network shape)") from None
 
 
@@ -905,11 +909,14 @@ def read_episodes(path: str) -> dict:
 # The command line
 # ---------------------------------------------------------------------------------------------
 
+DEFAULT_ENV = "Pendulum-v1"
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         description="Threaded A3C (TF1 graph mode) on a gymnasium environment. "
                     "Hyperparameters live in config.py; any field can be set with --set.")
-    parser.add_argument("--env", default="Pendulum-v1", help="gymnasium id (default Pendulum-v1); "
+    parser.add_argument("--env", default=DEFAULT_ENV, help=f"gymnasium id (default {DEFAULT_ENV}); "
                         "'module:Env-v0' imports module first")
     parser.add_argument("--workers", type=int, help="worker threads (config: workers)")
     parser.add_argument("--max-episodes", type=int, help="stop after this many episodes "
@@ -942,7 +949,7 @@ def resume_config(args) -> tuple[str, Config]:
     """The (env id, config) to continue args.resume's run with: its own config, with only the
     fields that cannot change what was learned taken from the command line."""
     env_id, saved = read_run(args.resume)
-    if args.env != parse_args([]).env or args.workers is not None or args.seed is not None:
+    if args.env != DEFAULT_ENV or args.workers is not None or args.seed is not None:
         raise UsageError("--resume continues a run with its own --env, --workers and --seed; "
                          "start a new run to change them")
     try:

@@ -10,7 +10,7 @@ Edit a preset below, or override one field for one run:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 

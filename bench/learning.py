@@ -24,9 +24,7 @@ import numpy as np  # noqa: E402
 
 import a3c  # noqa: E402
 import config as config_module  # noqa: E402
-
-# target mean-100 return and the episode budget it must be reached within (issue #2)
-TARGETS = {"Pendulum-v1": (-200.0, 1000), "CartPole-v1": (475.0, 1500), "Acrobot-v1": (-100.0, 1500)}
+from targets import TARGETS  # noqa: E402
 
 
 def first_reach(rows: dict, target: float):

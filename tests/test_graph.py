@@ -1,6 +1,5 @@
 """The pieces of the A3C graph against hand-computed and closed-form values."""
 import dataclasses
-import math
 
 import numpy as np
 import pytest

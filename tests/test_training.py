@@ -147,12 +147,17 @@ def run_cli(argv, capsys):
     return code, captured.err.strip()
 
 
-def assert_refused(argv, capsys, tmp_path, *words):
-    code, err = run_cli(argv + ["--results-dir", str(tmp_path / "out"), "--no-plot"], capsys)
+def refused(argv, capsys, *words):
+    """The command line refuses argv: exit status 2 and one line of error naming every word."""
+    code, err = run_cli(argv, capsys)
     assert code == 2
     assert len(err.splitlines()) == 1, err
     for word in words:
         assert word in err
+
+
+def assert_refused(argv, capsys, tmp_path, *words):
+    refused(argv + ["--results-dir", str(tmp_path / "out"), "--no-plot"], capsys, *words)
     assert not (tmp_path / "out").exists(), "nothing written"
 
 
