@@ -599,14 +599,46 @@ def versions() -> dict:
             "gymnasium": gym.__version__, "numpy": np.__version__}
 
 
-def session_config():
-    """Each session call runs its ops in the worker thread that made it (inter_op -1), one thread
-    per op: these graphs are too small to share out, and handing each call to a pool thread
-    cost a worker more than the ops themselves (bench/throughput.py). Grappler's graph rewrites
-    are off: on these tiny graphs they cost more per call than they save, and memory."""
-    config = v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=-1)
+def session_config(op_threads: int):
+    """Grappler's graph rewrites are off: on these tiny graphs they cost more per call than they
+    save, and memory. One thread per op: the graphs are too small to share out. op_threads < 0
+    runs each call's ops in the thread that made it; > 0 gives the session its own pool."""
+    config = v1.ConfigProto(intra_op_parallelism_threads=1,
+                            inter_op_parallelism_threads=op_threads,
+                            use_per_session_threads=op_threads > 0)
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     return config
+
+
+def cpu_layout(cfg: Config):
+    """(CPUs the worker threads share, CPUs of TensorFlow's op pool), or None: no pinning.
+
+    Only one thread at a time runs Python (the GIL), and every session call hands it on. Left to
+    the OS, the next worker often sleeps on the other CPU, and waking it there costs more than
+    the call: 8 workers x 8 Pendulum envs on 2 cores kept the CPUs ~67% busy at ~0.35x the bare
+    env loop. With the workers taking turns on one CPU and their ops queued to a pool on the
+    others, both CPUs stay busy (results/throughput.md). It takes 3 or more workers: with fewer,
+    there is seldom another worker ready to run while one waits for its ops, and a lone worker
+    ran at half its speed waiting on the pool."""
+    if not cfg.pin_threads or cfg.workers < 3 or not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return {cpus[0]}, set(cpus[1:])
+
+
+def open_session(graph, layout) -> "v1.Session":
+    """A session running its ops in the calling thread (layout None), or in a pool of one thread
+    per TensorFlow CPU of the layout, pinned there."""
+    if layout is None:
+        return v1.Session(graph=graph, config=session_config(-1))
+    everywhere = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, layout[1])  # the pool's threads start now and inherit these CPUs
+    try:
+        return v1.Session(graph=graph, config=session_config(len(layout[1])))
+    finally:
+        os.sched_setaffinity(0, everywhere)
 
 
 def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: bool = True,
@@ -631,7 +663,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
         checkpoints = Checkpoints(run_dir, cfg, env_id)
         init = v1.global_variables_initializer()
-    sess = v1.Session(graph=graph, config=session_config())
+    layout = cpu_layout(cfg)
+    sess = open_session(graph, layout)
     sess.run(init)
     history = None
     if resume_dir is not None:
@@ -673,6 +706,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     for worker in workers:
         def run(worker=worker):  # bind this worker now, not the loop variable's last value
             with coord.stop_on_exception():
+                if layout is not None:
+                    os.sched_setaffinity(0, layout[0])  # this thread only
                 try:
                     worker.work(coord, log)
                 except Exception as exc:
@@ -805,7 +840,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     with graph.as_default():
         net = ACNet("global", spec, cfg)
         saver = v1.train.Saver(var_list=net.actor_params + net.critic_params)
-    sess = v1.Session(graph=graph, config=session_config())
+    sess = open_session(graph, None)  # one thread plays the episodes: no pool to feed
     try:
         restore_checkpoint(sess, saver, checkpoint, net.actor_params + net.critic_params, env_id)
     except UsageError:
@@ -942,7 +977,7 @@ def parse_args(argv):
 
 
 RESUMABLE_FIELDS = ("max_episodes", "max_steps", "log_every_s", "checkpoint_every_s",
-                    "keep_checkpoints")
+                    "keep_checkpoints", "pin_threads")
 
 
 def resume_config(args) -> tuple[str, Config]:

@@ -1,5 +1,6 @@
 """The pieces of the A3C graph against hand-computed and closed-form values."""
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -246,4 +247,37 @@ def test_session_callables_return_what_session_run_returns_and_run_their_operati
         for g, e in zip(got, expected):
             np.testing.assert_array_equal(g, e)
     assert sess.run(counter) == 10  # each call ran the operation once
+    sess.close()
+
+
+def test_worker_threads_share_one_cpu_only_when_it_pays():
+    cpus = os.sched_getaffinity(0)
+    assert a3c.cpu_layout(Config(workers=2)) is None  # too few workers to keep a pool fed
+    assert a3c.cpu_layout(Config(workers=8, pin_threads=False)) is None
+    layout = a3c.cpu_layout(Config(workers=8))
+    if len(cpus) >= 2:
+        assert layout == ({min(cpus)}, cpus - {min(cpus)})
+    else:
+        assert layout is None
+
+
+def thread_names():
+    return {int(tid): open(f"/proc/self/task/{tid}/comm").read().strip()
+            for tid in os.listdir("/proc/self/task")}
+
+
+def test_a_pinned_session_runs_its_ops_in_a_pool_on_the_tensorflow_cpus():
+    cpus = sorted(os.sched_getaffinity(0))
+    layout = ({cpus[0]}, {cpus[-1]})  # on a 1-CPU machine both roles share it
+    with tf.Graph().as_default() as graph:
+        x = v1.placeholder(tf.float32, [None], "x")
+        tripled = 3.0 * x
+    before = thread_names()
+    sess = a3c.open_session(graph, layout)
+    pool = [tid for tid, name in thread_names().items()
+            if tid not in before and name == "tf_Compute"]
+    assert len(pool) == len(layout[1])
+    assert all(os.sched_getaffinity(tid) == layout[1] for tid in pool)
+    assert os.sched_getaffinity(0) == set(cpus), "the calling thread keeps all its CPUs"
+    np.testing.assert_array_equal(sess.run(tripled, {x: [1.0, 2.0]}), [3.0, 6.0])
     sess.close()

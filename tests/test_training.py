@@ -85,10 +85,12 @@ def test_continuous_actions_reaching_the_env_respect_asymmetric_bounds(tmp_path)
 
 
 def test_a_failing_worker_stops_every_thread_and_reaches_the_user(tmp_path):
+    cpus = os.sched_getaffinity(0)
     with pytest.raises(a3c.WorkerError, match="worker_1 raised RuntimeError: the simulator crashed"):
         train("A3CTest/Failing-v0", tmp_path, workers=3, envs_per_worker=1,
               max_steps=10_000_000, max_episodes=None)
     assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
+    assert os.sched_getaffinity(0) == cpus, "pinning the workers left this thread alone"
     (run_dir,) = glob.glob(os.path.join(tmp_path, "A3CTest_Failing-v0", "*"))
     assert len(read_rows(run_dir)) > 1, "episodes finished before the crash are kept"
     assert os.path.exists(os.path.join(run_dir, "rewards.png"))
