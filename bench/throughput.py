@@ -1,6 +1,6 @@
 """Throughput benchmark: env steps/s of the trainer against a bare environment loop.
 
-    python bench/throughput.py                         # the full grid (~15 minutes on 2 cores)
+    python bench/throughput.py --also-unpinned         # the full grid (~20 minutes on 2 cores)
     python bench/throughput.py --envs Pendulum-v1 --workers 8 --envs-per-worker 1 4 16 --no-save
 
 For each environment it first times a bare single-thread loop (gym.make, a fixed valid action, no
@@ -78,7 +78,8 @@ def child(env_id: str, workers: int, envs_per_worker: int, steps: int, repeats: 
             rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
             runs.append(dict(steps_per_s=steady_rate(rows, summary),
                              cpu_utilisation=summary["cpu_utilisation"]))
-    print(json.dumps(dict(runs=runs, peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+    print(json.dumps(dict(runs=runs, pinned=a3c.cpu_layout(cfg) is not None,
+                          peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
 
 
 def measure(env_id, workers, envs_per_worker, steps, repeats, sets) -> dict:
@@ -92,7 +93,7 @@ def measure(env_id, workers, envs_per_worker, steps, repeats, sets) -> dict:
     return dict(env=env_id, workers=workers, envs_per_worker=envs_per_worker,
                 steps_per_s=statistics.median(rates), spread=(min(rates), max(rates)),
                 cpu=statistics.median(r["cpu_utilisation"] for r in result["runs"]),
-                rss_mb=result["peak_rss_mb"])
+                pinned=result["pinned"], rss_mb=result["peak_rss_mb"])
 
 
 def steps_for(env_id: str, workers: int, envs_per_worker: int) -> int:
@@ -108,6 +109,9 @@ def main(argv=None) -> int:
     parser.add_argument("--envs-per-worker", nargs="+", type=int, default=[1, 4, 8, 16, 32])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--also-unpinned", action="store_true",
+                        help="also time every cell that pins its threads with pin_threads=false, "
+                             "right after it")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"))
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
@@ -117,19 +121,27 @@ def main(argv=None) -> int:
         child(env_id, int(workers), int(per_worker), int(steps), int(repeats), args.set)
         return 0
 
+    if not args.no_save:
+        os.makedirs(args.out, exist_ok=True)  # now, not after the measurements
     rows, bare = [], {}
     for env_id in args.envs:
         bare[env_id] = statistics.median(bare_loop(env_id, 50_000) for _ in range(args.repeats))
         print(f"{env_id}: bare loop {bare[env_id]:,.0f} steps/s", flush=True)
         for workers in args.workers:
             for per_worker in args.envs_per_worker:
-                row = measure(env_id, workers, per_worker, steps_for(env_id, workers, per_worker),
-                              args.repeats, args.set)
-                row["ratio"] = row["steps_per_s"] / bare[env_id]
-                rows.append(row)
-                print(f"  {workers:>2} workers x {per_worker:>2} envs: {row['steps_per_s']:>7,.0f} "
-                      f"steps/s ({row['ratio']:.2f} x bare), CPU {row['cpu']:.0%}, "
-                      f"peak RSS {row['rss_mb']:,.0f} MB", flush=True)
+                steps = steps_for(env_id, workers, per_worker)
+                row = measure(env_id, workers, per_worker, steps, args.repeats, args.set)
+                cell = [row]
+                if row["pinned"] and args.also_unpinned:
+                    cell.append(dict(measure(env_id, workers, per_worker, steps, args.repeats,
+                                             args.set + ["pin_threads=false"]), comparison=True))
+                for row in cell:
+                    row["ratio"] = row["steps_per_s"] / bare[env_id]
+                    rows.append(row)
+                    print(f"  {workers:>2} workers x {per_worker:>2} envs"
+                          f"{'' if row['pinned'] else ', unpinned'}: {row['steps_per_s']:>7,.0f} "
+                          f"steps/s ({row['ratio']:.2f} x bare), CPU {row['cpu']:.0%}, "
+                          f"peak RSS {row['rss_mb']:,.0f} MB", flush=True)
     text = table(rows, bare, args)
     print(text)
     if not args.no_save:
@@ -143,15 +155,21 @@ def table(rows, bare, args) -> str:
     import a3c
 
     lines = ["# Throughput benchmark", "",
-             f"`python bench/throughput.py` on {os.cpu_count()} cores, {args.repeats} runs per cell "
+             f"`python bench/throughput.py{' --also-unpinned' if args.also_unpinned else ''}` on "
+             f"{os.cpu_count()} cores, {args.repeats} runs per cell "
              f"(median, min..max), overrides: {', '.join(args.set) or 'none'}; versions: "
              f"{a3c.versions()}.", "",
-             "| env | workers | envs/worker | env steps/s | min..max | × bare loop | CPU | peak RSS MB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "Threads pinned: the workers share one CPU and TensorFlow's op pool has the others "
+             "(`pin_threads`, the default from 3 workers); unpinned: threads run anywhere and ops "
+             "run in the calling thread.", "",
+             "| env | workers | envs/worker | threads | env steps/s | min..max | × bare loop | CPU "
+             "| peak RSS MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for env_id in bare:
-        lines.append(f"| {env_id} | bare loop, 1 thread | | {bare[env_id]:,.0f} | | 1.00 | | |")
+        lines.append(f"| {env_id} | bare loop, 1 thread | | | {bare[env_id]:,.0f} | | 1.00 | | |")
         for r in (r for r in rows if r["env"] == env_id):
             lines.append(f"| {env_id} | {r['workers']} | {r['envs_per_worker']} | "
+                         f"{'pinned' if r['pinned'] else 'unpinned'} | "
                          f"{r['steps_per_s']:,.0f} | {r['spread'][0]:,.0f}..{r['spread'][1]:,.0f} | "
                          f"{r['ratio']:.2f} | {r['cpu']:.0%} | {r['rss_mb']:,.0f} |")
     return "\n".join(lines)
@@ -162,13 +180,21 @@ def plot(rows, bare, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(bare), figsize=(6 * len(bare), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(bare), figsize=(6 * len(bare), 5.5), squeeze=False)
     for ax, env_id in zip(axes[0], bare):
         env_rows = [r for r in rows if r["env"] == env_id]
-        for per_worker in sorted({r["envs_per_worker"] for r in env_rows}):
-            line = [r for r in env_rows if r["envs_per_worker"] == per_worker]
+        default = [r for r in env_rows if not r.get("comparison")]
+        unpinned = [r for r in env_rows if not r["pinned"]]  # the comparison and 1-2 workers
+        for colour, per_worker in enumerate(sorted({r["envs_per_worker"] for r in env_rows})):
+            line = [r for r in default if r["envs_per_worker"] == per_worker]
             ax.plot([r["workers"] for r in line], [r["steps_per_s"] for r in line], marker="o",
+                    color=f"C{colour}",
                     label=f"{per_worker} env{'s' if per_worker > 1 else ''} per worker")
+            line = [r for r in unpinned if r["envs_per_worker"] == per_worker]
+            if any(r.get("comparison") for r in line):
+                ax.plot([r["workers"] for r in line], [r["steps_per_s"] for r in line],
+                        color=f"C{colour}", linestyle="--", marker="x", alpha=0.5,
+                        label=f"{per_worker} env{'s' if per_worker > 1 else ''}, unpinned")
         ax.axhline(bare[env_id], color="black", linestyle="--", label="bare env loop, 1 thread")
         ax.axhline(bare[env_id] / 2, color="gray", linestyle=":", label="half the bare loop")
         ax.set_xscale("log", base=2)
@@ -176,8 +202,9 @@ def plot(rows, bare, path) -> None:
         ax.set_ylabel("env steps/s (median)")
         ax.set_title(env_id)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)  # one legend, off the data
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
