@@ -555,7 +555,7 @@ class Worker:
             log.add_steps(steps_per_rollout)
             lr_fraction = max(0.0, 1.0 - log.budget_used()) if self.cfg.anneal_lr else 1.0
             try:
-                update_stats += (*self.push_and_pull(lr_fraction), 1)
+                this_push = (*self.push_and_pull(lr_fraction), 1)
             except tf.errors.InvalidArgumentError as exc:
                 if "non-finite" not in str(exc):
                     raise
@@ -563,10 +563,11 @@ class Worker:
                     f"non-finite loss or gradient at global env step {log.env_steps:,}; this push "
                     f"was not applied, so the global net and its checkpoints stay finite "
                     f"(try lower learning rates or reward_scale)") from None
+            update_stats += this_push
             for k, episode_return, length in finished:
                 entropy_sum, norm_sum, pushes = update_stats[k]
                 log.record(self.index, episode_return, length, entropy_sum / pushes, norm_sum / pushes)
-                update_stats[k] = 0
+                update_stats[k] = this_push  # it also trained on env k's next episode's first steps
             if log.budget_used() >= 1.0:
                 coord.request_stop()
 

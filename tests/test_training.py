@@ -65,6 +65,15 @@ def test_a_short_run_writes_every_output(env_id, tmp_path):
     assert "mean-100" in console and run_dir in console.splitlines()[-1]
 
 
+def test_episodes_shorter_than_a_rollout_get_the_statistics_of_the_push_that_trained_them(tmp_path):
+    # Countdown episodes last 10 steps: a 25-step rollout ends two or three of them per env
+    summary, _ = train("A3CTest/Countdown-v0", tmp_path, n_steps=25, max_episodes=12)
+    body = read_rows(summary["run_dir"])[1:]
+    entropy, grad_norm = (np.array([float(r[c]) for r in body]) for c in (7, 8))
+    assert np.isfinite(entropy).all() and (entropy > 0).all()
+    assert np.isfinite(grad_norm).all() and (grad_norm > 0).all()
+
+
 def test_reward_scaling_changes_learning_only_never_the_logged_return(tmp_path):
     summary, _ = train("A3CTest/Countdown-v0", tmp_path, max_episodes=20, reward_scale=5.0,
                        reward_shift=3.0)
