@@ -1,6 +1,6 @@
 """Throughput benchmark: env steps/s of the trainer against a bare environment loop.
 
-    python bench/throughput.py --also-unpinned         # the full grid (~20 minutes on 2 cores)
+    python bench/throughput.py --also-unpinned         # the full grid (~30 minutes on 2 cores)
     python bench/throughput.py --envs Pendulum-v1 --workers 8 --envs-per-worker 1 4 16 --no-save
 
 For each environment it first times a bare single-thread loop (gym.make, a fixed valid action, no
