@@ -40,7 +40,10 @@ class Config:
     GIL); handing it to a worker waiting on the same CPU is cheap, while waking one on another
     CPU costs more than a session call. 8 workers x 8 Pendulum envs on 2 cores: ~1.6x the env
     steps/s. False (and 1-2 workers, or no affinity API): threads run anywhere and each session
-    call runs its ops in the calling thread. Speed only: the algorithm is the same."""
+    call runs its ops in the calling thread. The algorithm is the same; pushes queue a little
+    more (Pendulum took ~10% more episodes to -200 on the tuning seeds, in less time). An env whose
+    step releases the GIL (a C++ simulator that does) may run faster unpinned: measure with
+    bench/throughput.py --also-unpinned."""
 
     # --- the A3C update --------------------------------------------------------------------
     gamma: float = 0.99
