@@ -686,7 +686,9 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     actor_lr, critic_lr = learning_rates(cfg)
     run_info = {"env": env_id, "config": dataclasses.asdict(cfg),
                 "effective_actor_lr": actor_lr, "effective_critic_lr": critic_lr,
-                "argv": sys.argv, "versions": versions()}
+                "argv": sys.argv, "versions": versions(),
+                "cpus": None if layout is None else {"workers": sorted(layout[0]),
+                                                     "tensorflow_ops": sorted(layout[1])}}
     if resume_dir is not None:  # keep the history of how the run was started and resumed
         with open(os.path.join(run_dir, "config.json")) as f:
             earlier = json.load(f)
@@ -700,7 +702,10 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     for worker in workers:
         worker.prepare(sess)
     log = EpisodeLog(run_dir, cfg, summary_writer, history)  # the clock starts with the workers
-    print(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs; "
+    where = "" if layout is None else (
+        f" (worker threads share CPU {min(layout[0])}, TensorFlow's ops run on "
+        + (f"CPU {min(layout[1])})" if len(layout[1]) == 1 else f"{len(layout[1])} other CPUs)"))
+    print(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs{where}; "
           f"results in {run_dir}", file=out, flush=True)
     coord = v1.train.Coordinator()
     threads = []

@@ -93,6 +93,18 @@ def test_continuous_actions_reaching_the_env_respect_asymmetric_bounds(tmp_path)
     assert np.any(actions == low) and np.any(actions == high), "wide samples are clipped to bounds"
 
 
+def test_a_run_records_where_its_threads_ran(tmp_path):
+    summary, console = train("A3CTest/Countdown-v0", tmp_path, workers=3, max_episodes=6)
+    with open(os.path.join(summary["run_dir"], "config.json")) as f:
+        recorded = json.load(f)["cpus"]
+    layout = a3c.cpu_layout(dataclasses.replace(Config(), workers=3))
+    if layout is None:  # one CPU: nothing to pin
+        assert recorded is None and "TensorFlow's ops run on" not in console
+    else:
+        assert recorded == {"workers": sorted(layout[0]), "tensorflow_ops": sorted(layout[1])}
+        assert f"worker threads share CPU {min(layout[0])}" in console
+
+
 def test_a_failing_worker_stops_every_thread_and_reaches_the_user(tmp_path):
     cpus = os.sched_getaffinity(0)
     with pytest.raises(a3c.WorkerError, match="worker_1 raised RuntimeError: the simulator crashed"):
