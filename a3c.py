@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+import typing
 from collections import deque
 
 import gymnasium as gym
@@ -611,8 +612,18 @@ def session_config(op_threads: int):
     return config
 
 
-def cpu_layout(cfg: Config):
-    """(CPUs the worker threads share, CPUs of TensorFlow's op pool), or None: no pinning.
+class CpuLayout(typing.NamedTuple):
+    """Where the threads run when they are pinned."""
+    workers: set  # the CPUs the worker threads share
+    ops: set      # the CPUs of the session's op pool
+
+    def describe(self) -> str:
+        ops = f"CPU {min(self.ops)}" if len(self.ops) == 1 else f"{len(self.ops)} other CPUs"
+        return f"worker threads share CPU {min(self.workers)}, TensorFlow's ops run on {ops}"
+
+
+def cpu_layout(cfg: Config) -> typing.Optional[CpuLayout]:
+    """Where the worker threads and TensorFlow's op pool run, or None: no pinning.
 
     Only one thread at a time runs Python (the GIL), and every session call hands it on. Left to
     the OS, the next worker often sleeps on the other CPU, and waking it there costs more than
@@ -626,18 +637,18 @@ def cpu_layout(cfg: Config):
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return None
-    return {cpus[0]}, set(cpus[1:])
+    return CpuLayout(workers={cpus[0]}, ops=set(cpus[1:]))
 
 
-def open_session(graph, layout) -> "v1.Session":
+def open_session(graph, layout: typing.Optional[CpuLayout]) -> "v1.Session":
     """A session running its ops in the calling thread (layout None), or in a pool of one thread
     per TensorFlow CPU of the layout, pinned there."""
     if layout is None:
         return v1.Session(graph=graph, config=session_config(-1))
     everywhere = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, layout[1])  # the pool's threads start now and inherit these CPUs
+    os.sched_setaffinity(0, layout.ops)  # the pool's threads start now and inherit these CPUs
     try:
-        return v1.Session(graph=graph, config=session_config(len(layout[1])))
+        return v1.Session(graph=graph, config=session_config(len(layout.ops)))
     finally:
         os.sched_setaffinity(0, everywhere)
 
@@ -687,8 +698,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     run_info = {"env": env_id, "config": dataclasses.asdict(cfg),
                 "effective_actor_lr": actor_lr, "effective_critic_lr": critic_lr,
                 "argv": sys.argv, "versions": versions(),
-                "cpus": None if layout is None else {"workers": sorted(layout[0]),
-                                                     "tensorflow_ops": sorted(layout[1])}}
+                "cpus": None if layout is None else {"workers": sorted(layout.workers),
+                                                     "tensorflow_ops": sorted(layout.ops)}}
     if resume_dir is not None:  # keep the history of how the run was started and resumed
         with open(os.path.join(run_dir, "config.json")) as f:
             earlier = json.load(f)
@@ -702,9 +713,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     for worker in workers:
         worker.prepare(sess)
     log = EpisodeLog(run_dir, cfg, summary_writer, history)  # the clock starts with the workers
-    where = "" if layout is None else (
-        f" (worker threads share CPU {min(layout[0])}, TensorFlow's ops run on "
-        + (f"CPU {min(layout[1])})" if len(layout[1]) == 1 else f"{len(layout[1])} other CPUs)"))
+    where = "" if layout is None else f" ({layout.describe()})"
     print(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs{where}; "
           f"results in {run_dir}", file=out, flush=True)
     coord = v1.train.Coordinator()
@@ -713,7 +722,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         def run(worker=worker):  # bind this worker now, not the loop variable's last value
             with coord.stop_on_exception():
                 if layout is not None:
-                    os.sched_setaffinity(0, layout[0])  # this thread only
+                    os.sched_setaffinity(0, layout.workers)  # this thread only
                 try:
                     worker.work(coord, log)
                 except Exception as exc:

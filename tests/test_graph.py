@@ -268,7 +268,7 @@ def thread_names():
 
 def test_a_pinned_session_runs_its_ops_in_a_pool_on_the_tensorflow_cpus():
     cpus = sorted(os.sched_getaffinity(0))
-    layout = ({cpus[0]}, {cpus[-1]})  # on a 1-CPU machine both roles share it
+    layout = a3c.CpuLayout(workers={cpus[0]}, ops={cpus[-1]})  # 1 CPU: both roles share it
     with tf.Graph().as_default() as graph:
         x = v1.placeholder(tf.float32, [None], "x")
         tripled = 3.0 * x
@@ -276,8 +276,8 @@ def test_a_pinned_session_runs_its_ops_in_a_pool_on_the_tensorflow_cpus():
     sess = a3c.open_session(graph, layout)
     pool = [tid for tid, name in thread_names().items()
             if tid not in before and name == "tf_Compute"]
-    assert len(pool) == len(layout[1])
-    assert all(os.sched_getaffinity(tid) == layout[1] for tid in pool)
+    assert len(pool) == len(layout.ops)
+    assert all(os.sched_getaffinity(tid) == layout.ops for tid in pool)
     assert os.sched_getaffinity(0) == set(cpus), "the calling thread keeps all its CPUs"
     np.testing.assert_array_equal(sess.run(tripled, {x: [1.0, 2.0]}), [3.0, 6.0])
     sess.close()

@@ -101,8 +101,8 @@ def test_a_run_records_where_its_threads_ran(tmp_path):
     if layout is None:  # one CPU: nothing to pin
         assert recorded is None and "TensorFlow's ops run on" not in console
     else:
-        assert recorded == {"workers": sorted(layout[0]), "tensorflow_ops": sorted(layout[1])}
-        assert f"worker threads share CPU {min(layout[0])}" in console
+        assert recorded == {"workers": sorted(layout.workers), "tensorflow_ops": sorted(layout.ops)}
+        assert f"worker threads share CPU {min(layout.workers)}" in console
 
 
 def test_a_failing_worker_stops_every_thread_and_reaches_the_user(tmp_path):
