@@ -2,12 +2,16 @@
 
     python bench/learning.py                          # Pendulum, CartPole, Acrobot; seeds 1 2 3
     python bench/learning.py --envs Pendulum-v1 --seeds 11 12 13 --set n_steps=10 --no-save
+    python bench/learning.py --envs Pendulum-v1 --versus envs_per_worker=1 --tag _vs_envs1
 
 For each run it reports when the mean of the last 100 raw episode returns first reached the
 target (episode, env steps, wall seconds), the final and best mean-100 and the throughput; then
 the median over seeds. Writes results/learning.md and results/learning_<env>.png (mean and
 min..max band of the mean-100 curve over seeds), unless --no-save. Runs one training at a time:
-on a 2-core machine two benchmarks side by side measure each other.
+on a 2-core machine two benchmarks side by side measure each other. With --versus, every seed
+also runs with those overrides right next to the plain run (which of the two goes first
+alternates by seed, so a drift in the host's speed hits both), and the ratios of the medians
+are measured in this one run.
 """
 from __future__ import annotations
 
@@ -84,6 +88,33 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def versus_table(base: list[dict], variant: list[dict], versus: str) -> str:
+    """Per env, both sides' medians and variant / plain: wall time to the target (a run that never
+    reached it counts as infinitely late, and, for a lower bound, as late as its whole run), env
+    steps to the target and speed."""
+    def ratio(a, b):
+        return "n/a" if a is None or b is None else f"{b / a:.2f}x"
+
+    lines = ["| env | seeds that reached the target | median wall s to target | ratio | "
+             f"the same, a never counted at its run's wall (lower bound) | ratio | "
+             f"median env steps to target | ratio | env steps/s | ratio |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for env_id in dict.fromkeys(r["env"] for r in base):
+        sides = [[r for r in runs if r["env"] == env_id] for runs in (base, variant)]
+        reached = [f"{sum(r['hit_wall'] is not None for r in runs)} of {len(runs)}" for runs in sides]
+        wall = [median_or_never([r["hit_wall"] for r in runs]) for runs in sides]
+        bound = [median_or_never([r["wall_s"] if r["hit_wall"] is None else r["hit_wall"]
+                                  for r in runs]) for runs in sides]
+        steps = [median_or_never([r["hit_steps"] for r in runs]) for runs in sides]
+        speed = [float(np.median([r["steps_per_s"] for r in runs])) for runs in sides]
+        lines.append(f"| {env_id} | {' / '.join(reached)} | "
+                     f"{' / '.join(fmt(w, '{:.1f}') for w in wall)} | {ratio(*wall)} | "
+                     f"{' / '.join(fmt(w, '{:.1f}') for w in bound)} | {ratio(*bound)} | "
+                     f"{' / '.join(fmt(n) for n in steps)} | {ratio(*steps)} | "
+                     f"{' / '.join(f'{v:,.0f}' for v in speed)} | {ratio(*speed)} |")
+    return "\n".join(lines)
+
+
 def plot(results: list[dict], env_id: str, path: str, settings: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -120,23 +151,37 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field for every run (tuning)")
+    parser.add_argument("--versus", action="append", default=[], metavar="KEY=VALUE",
+                        help="also run every seed with these overrides (on top of --set), next "
+                             "to the plain run, and report the ratios")
     parser.add_argument("--out", default="results", help="where learning.md and the plots go")
-    parser.add_argument("--tag", default="", help="suffix of the output names, e.g. _envs1 writes "
-                        "learning_envs1.md and learning_envs1_<env>.png")
+    parser.add_argument("--tag", default="", help="suffix of the output names, e.g. _vs_envs1 writes "
+                        "learning_vs_envs1.md and learning_vs_envs1_<env>.png")
     parser.add_argument("--no-save", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
     overrides = config_module.parse_overrides(args.set)
+    sides = {"plain": overrides}
+    if args.versus:
+        sides[", ".join(args.versus)] = {**overrides, **config_module.parse_overrides(args.versus)}
 
-    results = []
+    results = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as workdir:
         for env_id in args.envs:
-            for seed in args.seeds:
-                r = run_one(env_id, seed, overrides, workdir)
-                results.append(r)
-                print(f"{env_id} seed {seed}: reached at episode {fmt(r['hit_episode'])}, "
-                      f"final mean-100 {r['final']:.1f}, {r['steps_per_s']:,.0f} steps/s, "
-                      f"{r['wall_s']:.0f} s", flush=True)
-    text = table(results)
+            for i, seed in enumerate(args.seeds):
+                for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+                    r = run_one(env_id, seed, sides[side], workdir)
+                    results[side].append(r)
+                    print(f"{env_id} seed {seed}" + (f" ({side})" if args.versus else "") +
+                          f": reached at episode {fmt(r['hit_episode'])}, final mean-100 "
+                          f"{r['final']:.1f}, {r['steps_per_s']:,.0f} steps/s, "
+                          f"{r['wall_s']:.0f} s", flush=True)
+    text = table(results["plain"])
+    if args.versus:
+        versus = ", ".join(args.versus)
+        text += (f"\n\nThe same seeds with {versus}, each run next to the plain one:\n\n"
+                 f"{table(results[versus])}\n\nSide by side (each cell: plain / {versus}; "
+                 f"medians over seeds; ratio = {versus} / plain):\n\n"
+                 f"{versus_table(results['plain'], results[versus], versus)}")
     print(text)
     if not args.no_save:
         os.makedirs(args.out, exist_ok=True)
@@ -146,7 +191,12 @@ def main(argv=None) -> int:
             f.write(f"# Learning benchmark\n\n`{command}` (overrides: {settings}); "
                     f"versions: {a3c.versions()}.\n\n{text}\n")
         for env_id in args.envs:
-            plot(results, env_id, os.path.join(args.out, f"learning{args.tag}_{env_id}.png"), settings)
+            plot(results["plain"], env_id,
+                 os.path.join(args.out, f"learning{args.tag}_{env_id}.png"), settings)
+            if args.versus:
+                plot(results[versus], env_id,
+                     os.path.join(args.out, f"learning{args.tag}_versus_{env_id}.png"),
+                     ", ".join(args.set + args.versus))
     return 0
 
 
