@@ -96,8 +96,8 @@ def versus_table(base: list[dict], variant: list[dict], versus: str) -> str:
         return "n/a" if a is None or b is None else f"{b / a:.2f}x"
 
     lines = ["| env | seeds that reached the target | median wall s to target | ratio | "
-             f"the same, a never counted at its run's wall (lower bound) | ratio | "
-             f"median env steps to target | ratio | env steps/s | ratio |",
+             "the same, a never counted at its run's wall (lower bound) | ratio | "
+             "median env steps to target | ratio | env steps/s | ratio |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for env_id in dict.fromkeys(r["env"] for r in base):
         sides = [[r for r in runs if r["env"] == env_id] for runs in (base, variant)]
@@ -161,8 +161,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     overrides = config_module.parse_overrides(args.set)
     sides = {"plain": overrides}
+    versus = ", ".join(args.versus)  # the variant's name in the tables
     if args.versus:
-        sides[", ".join(args.versus)] = {**overrides, **config_module.parse_overrides(args.versus)}
+        sides[versus] = {**overrides, **config_module.parse_overrides(args.versus)}
 
     results = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as workdir:
@@ -177,7 +178,6 @@ def main(argv=None) -> int:
                           f"{r['wall_s']:.0f} s", flush=True)
     text = table(results["plain"])
     if args.versus:
-        versus = ", ".join(args.versus)
         text += (f"\n\nThe same seeds with {versus}, each run next to the plain one:\n\n"
                  f"{table(results[versus])}\n\nSide by side (each cell: plain / {versus}; "
                  f"medians over seeds; ratio = {versus} / plain):\n\n"
