@@ -79,7 +79,7 @@ def first_line(exc: Exception) -> str:
 
 
 class WorkerError(Exception):
-    """A worker thread raised: carries the worker's name to the user."""
+    """Training stopped because a worker thread (or the driver) raised: carries its name."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,6 +95,7 @@ class EnvSpec:
     n_actions: int          # discrete: number of actions; continuous: action dimensions
     action_low: np.ndarray  # continuous only
     action_high: np.ndarray
+    action_start: int = 0   # discrete: the env's first action (Discrete(n, start=s) takes s..s+n-1)
 
 
 def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
@@ -120,7 +121,8 @@ def env_spec(env: gym.Env, env_id: str) -> EnvSpec:
         raise UsageError(f"{env_id}: image observations {obs_space} are not supported yet "
                          f"(only flat Box observations; Atari needs the CNN network)")
     if isinstance(act_space, gym.spaces.Discrete):
-        return EnvSpec(env_id, obs_space.shape[0], True, int(act_space.n), None, None)
+        return EnvSpec(env_id, obs_space.shape[0], True, int(act_space.n), None, None,
+                       int(act_space.start))
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
         low, high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
         if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
@@ -184,14 +186,17 @@ class GaussianPolicy:
 
 
 class SoftmaxPolicy:
-    """Discrete actions: a categorical distribution over softmax(logits)."""
+    """Discrete actions: a categorical distribution over softmax(logits). The sample is an index
+    0..n-1 (what the log-probability is taken of); the env gets it shifted to the space's start."""
 
     def __init__(self, features, spec: EnvSpec, cfg: Config):
         self.logits = dense(features, spec.n_actions, "logits", gain=0.01)
         self.log_probs = tf.nn.log_softmax(self.logits)
         self.sample = tf.squeeze(tf.random.categorical(self.logits, 1, dtype=tf.int32), axis=1)
-        self.env_action = self.sample
-        self.greedy_action = tf.argmax(self.logits, axis=1, output_type=tf.int32)
+        greedy = tf.argmax(self.logits, axis=1, output_type=tf.int32)
+        self.env_action, self.greedy_action = (
+            (self.sample, greedy) if spec.action_start == 0
+            else (self.sample + spec.action_start, greedy + spec.action_start))
         self.entropy = -tf.reduce_sum(tf.exp(self.log_probs) * self.log_probs, axis=1)
 
     def action_placeholder(self, spec: EnvSpec):
@@ -292,7 +297,10 @@ class ACNet:
         # fails the session call before anything is applied, so the global net stays finite
         finite_check = tf.debugging.check_numerics(self.grad_norm, "non-finite gradient norm")
 
-        with tf.control_dependencies([finite_check]):
+        # the optimisers' slots belong to the global net: made at the root variable scope they are
+        # named global/.../RMSPropActor and saved with it (in this scope, worker_0/global/...)
+        at_root = v1.variable_scope(v1.VariableScope(reuse=None, name=""), auxiliary_name_scope=False)
+        with at_root, tf.control_dependencies([finite_check]):
             self.push = tf.group(
                 actor_optimizer.apply_gradients(zip(self.actor_grads, global_net.actor_params)),
                 critic_optimizer.apply_gradients(zip(self.critic_grads, global_net.critic_params)))
@@ -347,9 +355,41 @@ def cpu_seconds() -> float:
 
 
 def budget_used(cfg: Config, episodes: int, env_steps: int) -> float:
-    """The fraction of the run's budget (episodes or env steps, whichever is further) used."""
+    """The fraction of the run's budget (episodes or env steps, whichever is further) used: the
+    run stops at 1."""
     return max(episodes / cfg.max_episodes if cfg.max_episodes else 0.0,
                env_steps / cfg.max_steps if cfg.max_steps else 0.0)
+
+
+def budget_used_smoothly(cfg: Config, episodes: int, finished_steps: int, env_steps: int) -> float:
+    """The fraction of the budget used, counted in env steps so that it grows with every step:
+    an episode budget is converted into env steps with the mean length of the episodes finished
+    so far (finished_steps / episodes). Counting finished episodes instead moves in jumps when
+    all envs' episodes end together (Pendulum's 64 envs, every 200 steps)."""
+    used = env_steps / cfg.max_steps if cfg.max_steps else 0.0
+    if cfg.max_episodes and episodes:
+        used = max(used, env_steps * episodes / (cfg.max_episodes * finished_steps))
+    return used
+
+
+class AnnealStart(typing.NamedTuple):
+    """Where this process's part of the run starts annealing from: the fraction of the base
+    learning rates the run had reached, and the budget used then (a fresh run: 1 and 0)."""
+    lr_fraction: float = 1.0
+    budget_used: float = 0.0
+
+
+def annealed_fraction(used: float, start: AnnealStart) -> float:
+    """Linear from start.lr_fraction at start.budget_used to 0 when the budget is spent."""
+    left = (1.0 - used) / max(1.0 - start.budget_used, 1e-9)
+    return start.lr_fraction * min(1.0, max(0.0, left))
+
+
+class RunHistory(typing.NamedTuple):
+    """What a resumed run continues from."""
+    rows: dict                 # its episodes.csv, as read_episodes returns it
+    env_steps: int             # its env step count
+    anneal_start: AnnealStart  # where its learning rates continue from
 
 
 class EpisodeLog:
@@ -359,16 +399,20 @@ class EpisodeLog:
     scalar set; `return` is always the environment's raw return.
     """
 
-    def __init__(self, run_dir: str, cfg: Config, summary_writer, history: tuple = None):
-        """history: (rows of the run's episodes.csv, env steps so far) to continue that CSV and
-        those counters instead of starting a new one."""
+    def __init__(self, run_dir: str, cfg: Config, summary_writer, history: RunHistory = None):
+        """history: a resumed run's episodes and counters, to continue its CSV instead of
+        starting a new one."""
         self.cfg = cfg
         self.lock = threading.Lock()
         self.session_start = time.time()
         self.start_cpu = cpu_seconds()
+        self.cpu_capacity = usable_cpus()[1]  # cpu_utilisation is of what this process may use
         self.wall_before = 0.0  # seconds the run had trained before this process took it up
         self.env_steps = 0
         self.episodes = 0
+        self.finished_steps = 0  # env steps of the finished episodes
+        self.anneal_start = AnnealStart()
+        self.lr_fraction_now = 1.0
         self.recent_returns = deque(maxlen=RUNNING_WINDOW)
         self.best_running = -math.inf
         self.summary_writer = summary_writer
@@ -379,8 +423,10 @@ class EpisodeLog:
             self.csv.writerow(EPISODE_COLUMNS)
             self.csv_file.flush()
             return
-        rows, self.env_steps = history
+        rows, self.env_steps, self.anneal_start = history
+        self.lr_fraction_now = self.anneal_start.lr_fraction
         self.episodes = len(rows["episode"])
+        self.finished_steps = int(rows["length"].sum())
         self.wall_before = float(rows["wall_s"][-1]) if self.episodes else 0.0
         self.recent_returns.extend(rows["return"][-RUNNING_WINDOW:])
         if self.episodes >= RUNNING_WINDOW:
@@ -398,12 +444,23 @@ class EpisodeLog:
     def budget_used(self) -> float:
         return budget_used(self.cfg, self.episodes, self.env_steps)
 
+    def lr_fraction(self) -> float:
+        """The fraction of the base learning rates in force: 1, or annealed (never rising: a
+        longer mean episode length would otherwise push the converted budget up again)."""
+        if not self.cfg.anneal_lr:
+            return 1.0
+        with self.lock:
+            used = budget_used_smoothly(self.cfg, self.episodes, self.finished_steps, self.env_steps)
+            self.lr_fraction_now = min(self.lr_fraction_now, annealed_fraction(used, self.anneal_start))
+            return self.lr_fraction_now
+
     def record(self, worker: int, episode_return: float, length: int, entropy: float,
                grad_norm: float) -> None:
         with self.lock:
             if self.cfg.max_episodes is not None and self.episodes >= self.cfg.max_episodes:
                 return  # other workers finished the last episodes of the budget first
             self.episodes += 1
+            self.finished_steps += length
             self.recent_returns.append(episode_return)
             running = float(np.mean(self.recent_returns))
             if len(self.recent_returns) == RUNNING_WINDOW:
@@ -428,7 +485,7 @@ class EpisodeLog:
             return dict(episodes=self.episodes, env_steps=self.env_steps, wall_s=wall,
                         steps_per_s=self.env_steps / max(wall, 1e-9),
                         cpu_utilisation=(cpu_seconds() - self.start_cpu) / max(session, 1e-9)
-                        / (os.cpu_count() or 1),
+                        / self.cpu_capacity,
                         running=float(np.mean(self.recent_returns)) if self.recent_returns else math.nan,
                         best_running=self.best_running)
 
@@ -487,10 +544,10 @@ class Worker:
         self.episode_return = np.zeros(E)
         self.episode_length = np.zeros(E, np.int64)
 
-    def prepare(self, sess) -> None:
+    def prepare(self, sess, seed: int) -> None:
         """Build this worker's two session calls, pull the global parameters and reset the envs
-        with their seeds. TensorFlow prepares a callable's executors when it is made, so this runs
-        before the clock starts."""
+        with seeds drawn from `seed` (the run's, or a resumed part's). TensorFlow prepares a
+        callable's executors when it is made, so this runs before the clock starts."""
         net = self.net
         self.act = session_callable(sess, [net.policy.sample, net.policy.env_action], [net.obs])
         self.update = session_callable(
@@ -500,7 +557,7 @@ class Worker:
              net.current_obs, net.lr_fraction])
         self.chosen_actions = None  # (sampled, for the envs) for self.obs, chosen by the last update
         sess.run(net.pull)
-        first_seed = self.cfg.seed * 1000 + self.index * len(self.envs)
+        first_seed = seed * 1000 + self.index * len(self.envs)
         self.obs = np.stack([env.reset(seed=first_seed + k)[0]
                              for k, env in enumerate(self.envs)]).astype(np.float32)
         for k, env in enumerate(self.envs):
@@ -554,7 +611,7 @@ class Worker:
         while not coord.should_stop():
             finished = self.rollout()
             log.add_steps(steps_per_rollout)
-            lr_fraction = max(0.0, 1.0 - log.budget_used()) if self.cfg.anneal_lr else 1.0
+            lr_fraction = log.lr_fraction()
             try:
                 this_push = (*self.push_and_pull(lr_fraction), 1)
             except tf.errors.InvalidArgumentError as exc:
@@ -604,10 +661,15 @@ def versions() -> dict:
 def session_config(op_threads: int):
     """Grappler's graph rewrites are off: on these tiny graphs they cost more per call than they
     save, and memory. One thread per op: the graphs are too small to share out. op_threads < 0
-    runs each call's ops in the thread that made it; > 0 gives the session its own pool."""
+    runs each call's ops in the thread that made it; > 0 gives the session its own pool.
+
+    No GPU, even where TensorFlow has one (pip's `tensorflow` on Linux is a CUDA build): this
+    trainer is CPU by design (a GPU would only add a copy to every tiny call), and a session
+    that sees a GPU places what has no device of its own there and reserves most of its memory."""
     config = v1.ConfigProto(intra_op_parallelism_threads=1,
                             inter_op_parallelism_threads=op_threads,
-                            use_per_session_threads=op_threads > 0)
+                            use_per_session_threads=op_threads > 0,
+                            device_count={"GPU": 0})
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     return config
 
@@ -622,8 +684,40 @@ class CpuLayout(typing.NamedTuple):
         return f"worker threads share CPU {min(self.workers)}, TensorFlow's ops run on {ops}"
 
 
-def cpu_layout(cfg: Config) -> typing.Optional[CpuLayout]:
-    """Where the worker threads and TensorFlow's op pool run, or None: no pinning.
+def cpu_quota(cgroup_root: str = "/sys/fs/cgroup") -> typing.Optional[float]:
+    """How many CPUs' worth of time a cgroup CPU quota grants (cgroup v2's cpu.max, or v1's
+    cfs_quota_us / cfs_period_us), or None: no quota, or none readable. Containers and batch
+    systems set one while the affinity mask still lists every CPU of the host."""
+    for quota_file, period_file in (("cpu.max", None),
+                                    ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        try:
+            with open(os.path.join(cgroup_root, quota_file)) as f:
+                fields = f.read().split()
+            if period_file is not None:
+                with open(os.path.join(cgroup_root, period_file)) as f:
+                    fields.append(f.read().strip())
+            quota, period = fields[0], fields[1]
+            if quota in ("max", "-1"):
+                return None
+            return int(quota) / int(period)
+        except (OSError, IndexError, ValueError):
+            continue
+    return None
+
+
+def usable_cpus() -> tuple[list, float]:
+    """(the CPUs this process may run on, how many CPUs' worth of time it may use)."""
+    if hasattr(os, "sched_getaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+    else:
+        cpus = list(range(os.cpu_count() or 1))
+    quota = cpu_quota()
+    return cpus, min(len(cpus), quota) if quota else float(len(cpus))
+
+
+def cpu_layout(cfg: Config, cpus: list = None, capacity: float = None) -> typing.Optional[CpuLayout]:
+    """Where the worker threads and TensorFlow's op pool run, or None: no pinning. cpus and
+    capacity are usable_cpus() unless given.
 
     Only one thread at a time runs Python (the GIL), and every session call hands it on. Left to
     the OS, the next worker often sleeps on the other CPU, and waking it there costs more than
@@ -631,13 +725,23 @@ def cpu_layout(cfg: Config) -> typing.Optional[CpuLayout]:
     env loop. With the workers taking turns on one CPU and their ops queued to a pool on the
     others, both CPUs stay busy (results/throughput.md). It takes 3 or more workers: with fewer,
     there is seldom another worker ready to run while one waits for its ops, and a lone worker
-    ran at half its speed waiting on the pool."""
+    ran at half its speed waiting on the pool.
+
+    Past 2 CPUs (reasoned, not measured: this was built on a 2-core machine): the workers still
+    share one CPU, which costs nothing while Python runs one thread at a time, but does cost an
+    env whose step releases the GIL (run those with pin_threads=false). The pool gets at most one
+    CPU per worker, since each worker has at most one call in flight. Under a cgroup quota of Q
+    CPUs the layout uses floor(Q) of the allowed CPUs, so the pinned threads can never ask for
+    more time than the quota grants; below 2, nothing is pinned. Environments are made in the
+    main thread, which is never pinned, so threads they start when made run anywhere."""
     if not cfg.pin_threads or cfg.workers < 3 or not hasattr(os, "sched_setaffinity"):
         return None
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
+    if cpus is None:
+        cpus, capacity = usable_cpus()
+    usable = min(len(cpus), int(capacity))
+    if usable < 2:
         return None
-    return CpuLayout(workers={cpus[0]}, ops=set(cpus[1:]))
+    return CpuLayout(workers={cpus[0]}, ops=set(cpus[1:min(usable, 1 + cfg.workers)]))
 
 
 def open_session(graph, layout: typing.Optional[CpuLayout]) -> "v1.Session":
@@ -653,116 +757,233 @@ def open_session(graph, layout: typing.Optional[CpuLayout]) -> "v1.Session":
         os.sched_setaffinity(0, everywhere)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, SIGHUP) that ended the program before a clean stop; the message says
+    what is true of the run at that point."""
+
+
+def warn(text: str) -> None:
+    print(f"a3c.py: warning: {text}", file=sys.stderr, flush=True)
+
+
+def attempt(what: str, step, *args):
+    """step(*args), or None after a warning if it raised: one failing step of a cleanup must not
+    keep the others from running."""
+    try:
+        return step(*args)
+    except Exception as exc:
+        warn(f"could not {what}: {first_line(exc)}")
+        return None
+
+
+class Console:
+    """Progress lines for the user. A console that goes away (`a3c.py ... | head`, a closed
+    terminal) stops the lines, not the training: the run goes on to write its files."""
+
+    def __init__(self, out):
+        self.out = out
+        self.open = True
+
+    def say(self, text: str) -> None:
+        if not self.open:
+            return
+        try:
+            print(text, file=self.out, flush=True)
+        except (OSError, ValueError):  # a broken pipe, or a stream that was closed
+            self.open = False
+            if self.out is sys.stdout:  # keep Python's exit-time flush from failing again
+                with open(os.devnull, "w") as devnull:
+                    attempt("silence stdout", os.dup2, devnull.fileno(), sys.stdout.fileno())
+            warn("the console went away; training goes on without progress lines")
+
+
+def part_seed(seed: int, part: int) -> int:
+    """The seed of one part of a run: the run's own for its first part (part 0), and for the
+    part started by its n-th --resume one drawn from (seed, n), so that no part replays another's
+    start states and action noise."""
+    if part == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, part]).generate_state(1)[0])
+
+
+def checkpoint_note(run_dir: str) -> str:
+    """What a run folder holds to continue from, in words."""
+    try:
+        latest = latest_checkpoint(os.path.join(run_dir, CHECKPOINT_FOLDER))
+    except UsageError:
+        return f"{run_dir} has no checkpoint, so it cannot be resumed"
+    return (f"{run_dir} keeps its checkpoint {os.path.basename(latest)} and every episode its "
+            f"CSV recorded (--resume continues it)")
+
+
 def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: bool = True,
           out=None, resume_dir: str = None) -> dict:
     """Train, writing everything into a new run folder (or continuing resume_dir's run from its
     latest checkpoint); returns a summary dict.
 
-    Raises UsageError before anything is written when the env or config cannot work, and
-    re-raises a worker's exception (after saving the CSV and plot) when a worker fails.
+    Raises UsageError before anything is written when the env or config cannot work, re-raises
+    a worker's exception (after saving the checkpoint, the CSV and the plot) when a worker fails,
+    and raises Interrupted on a Ctrl-C during set-up or a second one during the final saves.
     """
-    out = out or sys.stdout
+    console = Console(out or sys.stdout)
     cfg.validate()
     probe = make_env(env_id, cfg)
     spec = env_spec(probe, env_id)
     probe.close()
+    earlier = read_run_info(resume_dir) if resume_dir is not None else None
+    part = len(earlier.get("resumed", [])) + 1 if earlier is not None else 0
+    seed = part_seed(cfg.seed, part)
 
-    graph = tf.Graph()
-    with graph.as_default():
-        v1.set_random_seed(cfg.seed)
-        np.random.seed(cfg.seed)
-        global_net, worker_nets = build_graph(spec, cfg)
-        run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
-        checkpoints = Checkpoints(run_dir, cfg, env_id)
-        init = v1.global_variables_initializer()
-    layout = cpu_layout(cfg)
-    sess = open_session(graph, layout)
-    sess.run(init)
-    history = None
-    if resume_dir is not None:
-        try:
-            rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
-            # the checkpoint's step count, or further if the CSV recorded episodes after it
-            resume_steps = int(max([checkpoints.restore(sess), *rows["env_steps"].astype(int)]))
-            history = (rows, resume_steps)
-            if budget_used(cfg, len(rows["episode"]), resume_steps) >= 1:
-                raise UsageError(f"{run_dir} already used its budget (max_episodes="
-                                 f"{cfg.max_episodes}, max_steps={cfg.max_steps}); raise "
-                                 f"--max-episodes or --max-steps")
-        except UsageError:
+    run_dir, sess, workers = resume_dir, None, []
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            v1.set_random_seed(seed)
+            np.random.seed(seed)
+            global_net, worker_nets = build_graph(spec, cfg)
+            run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
+            checkpoints = Checkpoints(run_dir, cfg, env_id)
+            init = v1.global_variables_initializer()
+        layout = cpu_layout(cfg)
+        sess = open_session(graph, layout)
+        sess.run(init)
+        history = None
+        if resume_dir is not None:
+            history = resume_history(sess, checkpoints, run_dir, cfg, earlier)
+        workers = [Worker(i, net, env_id, spec, cfg) for i, net in enumerate(worker_nets)]
+
+        actor_lr, critic_lr = learning_rates(cfg)
+        run_info = {"env": env_id, "config": dataclasses.asdict(cfg),
+                    "effective_actor_lr": actor_lr, "effective_critic_lr": critic_lr,
+                    "argv": sys.argv, "versions": versions(),
+                    "cpus": None if layout is None else {"workers": sorted(layout.workers),
+                                                         "tensorflow_ops": sorted(layout.ops)}}
+        if history is not None:  # keep the history of how the run was started and resumed
+            run_info["resumed"] = earlier.get("resumed", []) + [
+                {"argv": sys.argv, "env_steps": history.env_steps, "seed": seed,
+                 "anneal_start": history.anneal_start._asdict(),
+                 "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
+            run_info["argv"] = earlier.get("argv")
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump(run_info, f, indent=2)
+        summary_writer = v1.summary.FileWriter(run_dir, graph)
+        for worker in workers:
+            worker.prepare(sess, seed)
+        log = EpisodeLog(run_dir, cfg, summary_writer, history)  # the clock starts with the workers
+    except BaseException as exc:
+        if sess is not None:
             sess.close()
+        for worker in workers:
+            worker.close()
+        if not isinstance(exc, KeyboardInterrupt):
             raise
-    workers = [Worker(i, net, env_id, spec, cfg) for i, net in enumerate(worker_nets)]
+        if resume_dir is not None:
+            raise Interrupted(f"interrupted during set-up, before training started; "
+                              f"{checkpoint_note(run_dir)}") from None
+        where = f"; {run_dir} holds no checkpoint" if run_dir is not None else ""
+        raise Interrupted(f"interrupted during set-up, before training started: nothing was "
+                          f"trained{where}") from None
 
-    actor_lr, critic_lr = learning_rates(cfg)
-    run_info = {"env": env_id, "config": dataclasses.asdict(cfg),
-                "effective_actor_lr": actor_lr, "effective_critic_lr": critic_lr,
-                "argv": sys.argv, "versions": versions(),
-                "cpus": None if layout is None else {"workers": sorted(layout.workers),
-                                                     "tensorflow_ops": sorted(layout.ops)}}
-    if resume_dir is not None:  # keep the history of how the run was started and resumed
-        with open(os.path.join(run_dir, "config.json")) as f:
-            earlier = json.load(f)
-        run_info["resumed"] = earlier.get("resumed", []) + [
-            {"argv": sys.argv, "env_steps": resume_steps,
-             "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
-        run_info["argv"] = earlier.get("argv")
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump(run_info, f, indent=2)
-    summary_writer = v1.summary.FileWriter(run_dir, graph)
-    for worker in workers:
-        worker.prepare(sess)
-    log = EpisodeLog(run_dir, cfg, summary_writer, history)  # the clock starts with the workers
     where = "" if layout is None else f" ({layout.describe()})"
-    print(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs{where}; "
-          f"results in {run_dir}", file=out, flush=True)
+    if history is not None:
+        where += f"; resumed at {history.env_steps:,} env steps with seed {seed}"
+        if cfg.anneal_lr:
+            where += f", learning rates at {history.anneal_start.lr_fraction:.0%} of their base"
     coord = v1.train.Coordinator()
     threads = []
-    for worker in workers:
-        def run(worker=worker):  # bind this worker now, not the loop variable's last value
-            with coord.stop_on_exception():
-                if layout is not None:
-                    os.sched_setaffinity(0, layout.workers)  # this thread only
-                try:
-                    worker.work(coord, log)
-                except Exception as exc:
-                    raise WorkerError(f"{worker.name} raised {type(exc).__name__}: {exc}") from exc
-        thread = threading.Thread(target=run, name=worker.name, daemon=True)
-        thread.start()
-        threads.append(thread)
-
     error = None
     interrupted = False
     try:
-        last_checkpoint = time.time()
-        while not coord.wait_for_stop(min(cfg.log_every_s, cfg.checkpoint_every_s)):
-            print(progress_line(log.progress()), file=out, flush=True)
-            if time.time() - last_checkpoint >= cfg.checkpoint_every_s:
-                checkpoints.save(sess, log.env_steps)
-                last_checkpoint = time.time()
-        coord.join(threads, stop_grace_period_secs=30)
+        console.say(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs"
+                    f"{where}; results in {run_dir}")
+        for worker in workers:
+            def run(worker=worker):  # bind this worker now, not the loop variable's last value
+                with coord.stop_on_exception():
+                    if layout is not None:
+                        os.sched_setaffinity(0, layout.workers)  # this thread only
+                    try:
+                        worker.work(coord, log)
+                    except Exception as exc:
+                        raise WorkerError(f"{worker.name} raised {type(exc).__name__}: {exc}") from exc
+            thread = threading.Thread(target=run, name=worker.name, daemon=True)
+            thread.start()
+            threads.append(thread)
+        supervise(coord, log, checkpoints, sess, cfg, console)
     except KeyboardInterrupt:
         interrupted = True
+    except Exception as exc:  # the driver itself failed: the workers stop all the same
+        error = WorkerError(f"the driver raised {type(exc).__name__}: {first_line(exc)}")
+    try:
+        # every way out stops and joins the workers before anything they use is closed
         coord.request_stop()
-        coord.join(threads, stop_grace_period_secs=30, ignore_live_threads=True)
-    except Exception as exc:  # a worker raised: the Coordinator stopped the others
-        error = exc
-    finally:
+        try:
+            coord.join(threads, stop_grace_period_secs=30, ignore_live_threads=True)
+        except Exception as exc:  # a worker raised: the Coordinator stopped the others
+            error = error or exc
         final = log.progress()  # the workers have stopped: the clock stops too
-        checkpoints.save(sess, log.env_steps)
-        log.close()
-        summary_writer.close()
-        sess.close()
-        for worker in workers:
-            worker.close()
+        attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps)
+        attempt("close episodes.csv", log.close)
+        attempt("close the TensorBoard events", summary_writer.close)
+        stuck = [thread.name for thread in threads if thread.is_alive()]
+        if stuck:  # closing the session or an env under a running thread could crash the process
+            warn(f"{', '.join(stuck)} did not stop within 30 s; their session and environments "
+                 f"are left open")
+        else:
+            attempt("close the session", sess.close)
+            for worker in workers:
+                attempt(f"close {worker.name}'s environments", worker.close)
+        plot_path = attempt("draw rewards.png", plot_rewards, run_dir, env_id,
+                            show_plot and error is None and not interrupted)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted twice: stopped at once; {checkpoint_note(run_dir)}") from None
 
-    plot_path = plot_rewards(run_dir, env_id, show=show_plot and error is None and not interrupted)
     final.update(run_dir=run_dir, plot=plot_path, interrupted=interrupted)
     how = "interrupted" if interrupted else ("stopped by an error" if error else "done")
-    print(f"{how}: {progress_line(final)}\nresults in {run_dir}", file=out, flush=True)
+    console.say(f"{how}: {progress_line(final)}\nresults in {run_dir}")
     if error is not None:
         raise error
     return final
+
+
+def supervise(coord, log: EpisodeLog, checkpoints: "Checkpoints", sess, cfg: Config,
+              console: Console) -> None:
+    """Until the workers stop: a progress line every log_every_s seconds and a checkpoint every
+    checkpoint_every_s. A periodic checkpoint that fails (disk full, folder moved) is reported
+    and tried again at the next one; it does not end a long run."""
+    next_line = next_save = time.time()
+    next_line += cfg.log_every_s
+    next_save += cfg.checkpoint_every_s
+    while not coord.wait_for_stop(min(max(min(next_line, next_save) - time.time(), 0.0), 60.0)):
+        now = time.time()
+        if now >= next_line:
+            console.say(progress_line(log.progress()))
+            next_line = now + cfg.log_every_s
+        if now >= next_save:
+            attempt(f"write a periodic checkpoint (next try in {cfg.checkpoint_every_s:g} s)",
+                    checkpoints.save, sess, log.env_steps)
+            next_save = now + cfg.checkpoint_every_s
+
+
+def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
+                   earlier: dict) -> RunHistory:
+    """Restore the run's latest checkpoint into sess and say where training continues from:
+    its episodes, its env step count (the checkpoint's, or further if the CSV recorded episodes
+    after it), and the learning rate it had annealed to. UsageError if its budget is spent."""
+    rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
+    env_steps = int(max([checkpoints.restore(sess), *rows["env_steps"].astype(int)]))
+    episodes, finished_steps = len(rows["episode"]), int(rows["length"].sum())
+    if budget_used(cfg, episodes, env_steps) >= 1:
+        raise UsageError(f"{run_dir} already used its budget (max_episodes={cfg.max_episodes}, "
+                         f"max_steps={cfg.max_steps}); raise --max-episodes or --max-steps")
+    before = config_module.from_dict(earlier["config"])  # the budget of the part that ran last
+    reached = 1.0
+    if before.anneal_lr:
+        last_start = earlier.get("resumed", [{}])[-1].get("anneal_start", {})
+        reached = annealed_fraction(
+            budget_used_smoothly(before, episodes, finished_steps, env_steps),
+            AnnealStart(**last_start))
+    return RunHistory(rows, env_steps, AnnealStart(
+        reached, budget_used_smoothly(cfg, episodes, finished_steps, env_steps)))
 
 
 CHECKPOINT_FOLDER = "checkpoints"
@@ -783,7 +1004,9 @@ class Checkpoints:
         self.steps_in = v1.placeholder(tf.int64, [], "run/env_steps_in")
         self.set_steps = self.env_steps.assign(self.steps_in)
         shared = [v for v in v1.global_variables() if not v.op.name.startswith("worker_")]
-        self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints)
+        # relative paths in the index: a run folder that is moved reads its own files
+        self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints,
+                                    save_relative_paths=True)
         self.shared = shared
 
     def save(self, sess, env_steps: int) -> None:
@@ -792,7 +1015,13 @@ class Checkpoints:
 
     def restore(self, sess) -> int:
         """Restore the latest checkpoint; returns its env step count."""
-        restore_checkpoint(sess, self.saver, latest_checkpoint(self.folder), self.shared, self.env_id)
+        checkpoint = latest_checkpoint(self.folder)
+        slots = [v for v in self.shared if "/RMSProp" in v.op.name]
+        missing = restore_checkpoint(sess, self.saver, checkpoint, self.shared, self.env_id,
+                                     optional=slots)
+        if missing:
+            warn(f"{checkpoint} holds no RMSProp averages (written before they were saved): "
+                 f"the optimisers start theirs afresh")
         # adopt the earlier checkpoints, so that keep_checkpoints counts them too
         state = v1.train.get_checkpoint_state(self.folder)
         self.saver.recover_last_checkpoints(
@@ -801,41 +1030,61 @@ class Checkpoints:
 
 
 def latest_checkpoint(folder: str) -> str:
-    checkpoint = v1.train.latest_checkpoint(folder)
-    if checkpoint is None:
+    """The newest checkpoint in folder (UsageError if none). Runs written before the index held
+    relative paths name their checkpoints by absolute path: each name is resolved inside folder,
+    so a moved run folder reads its own files whichever way it was written."""
+    try:
+        state = v1.train.get_checkpoint_state(folder)
+    except Exception as exc:
+        raise UsageError(f"cannot read the checkpoint index in {folder}: {first_line(exc)}") from None
+    checkpoint = state and os.path.join(folder, os.path.basename(state.model_checkpoint_path))
+    if not checkpoint or not os.path.exists(checkpoint + ".index"):
         raise UsageError(f"no checkpoint in {folder}; "
                          f"runs write one at the end and every checkpoint_every_s seconds")
-    # the index file names checkpoints by absolute path: resolve it here, so a moved or copied
-    # run folder reads its own files
-    return os.path.join(folder, os.path.basename(checkpoint))
+    return checkpoint
 
 
-def restore_checkpoint(sess, saver, checkpoint: str, variables: list, env_id: str) -> None:
+def restore_checkpoint(sess, saver, checkpoint: str, variables: list, env_id: str,
+                       optional: list = ()) -> list:
     """saver.restore, after checking that the checkpoint was trained on env_id and that every
     variable is stored with this graph's shape (resource variables would silently take another
-    shape); UsageError when it doesn't fit."""
+    shape); UsageError when it doesn't fit. Variables in `optional` may be missing: the others
+    are restored, and the names of the missing ones returned."""
     try:
         stored = dict(v1.train.list_variables(checkpoint))
         trained_on = v1.train.load_variable(checkpoint, ENV_ID_VARIABLE).decode()
         if trained_on != env_id:
             raise ValueError(f"it was trained on {trained_on}, not {env_id}")
+        missing = [v for v in optional if v.op.name not in stored]
         for variable in variables:
             name, shape = variable.op.name, variable.shape.as_list()
-            if stored.get(name) != shape:
+            if stored.get(name) != shape and variable not in missing:
                 raise ValueError(f"it holds {name} as {stored.get(name)}, the config builds {shape}")
+        if missing:
+            saver = v1.train.Saver(var_list=[v for v in variables if v not in missing])
         saver.restore(sess, checkpoint)
     except Exception as exc:
         raise UsageError(f"cannot restore {checkpoint}: {first_line(exc)} (corrupt, or written for "
                          f"another env or network shape)") from None
+    return [v.op.name for v in missing]
+
+
+def read_run_info(run_dir: str) -> dict:
+    """The config.json of a run folder that a3c.py wrote."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{run_dir} is not a readable run folder ({exc}); pass a folder that "
+                         f"a3c.py wrote, e.g. results/Pendulum-v1/<run>") from None
 
 
 def read_run(run_dir: str) -> tuple[str, Config]:
     """(env id, config) of a run folder that a3c.py wrote."""
+    saved = read_run_info(run_dir)
     try:
-        with open(os.path.join(run_dir, "config.json")) as f:
-            saved = json.load(f)
         return saved["env"], config_module.from_dict(saved["config"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{run_dir} is not a readable run folder ({exc}); pass a folder that "
                          f"a3c.py wrote, e.g. results/Pendulum-v1/<run>") from None
 
@@ -844,6 +1093,12 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
              out=None) -> dict:
     """Run the deterministic policy (mean action / argmax) of a run's latest checkpoint."""
     out = out or sys.stdout
+    if render and record:  # a window's render mode gives no frames, a recording's no window
+        raise UsageError("--render and --record do not go together: --render shows the "
+                         "episodes in a window, --record writes episode.gif; choose one")
+    if render and not display_available():  # pygame would crash the process, not raise
+        raise UsageError("--render needs a display and none is set (DISPLAY or WAYLAND_DISPLAY); "
+                         "use --record to write episode.gif instead")
     env_id, cfg = read_run(run_dir)
     checkpoint = latest_checkpoint(os.path.join(run_dir, CHECKPOINT_FOLDER))
     render_mode = "human" if render else ("rgb_array" if record else None)
@@ -903,7 +1158,10 @@ def save_animation(frames: list, path: str) -> str:
     from PIL import Image  # installed with matplotlib
 
     images = [Image.fromarray(np.asarray(frame)) for frame in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=33, loop=0)
+    partial = path + ".partial"  # an interrupted save never leaves half a GIF under the name
+    images[0].save(partial, format="GIF", save_all=True, append_images=images[1:], duration=33,
+                   loop=0)
+    os.replace(partial, path)
     return path
 
 
@@ -943,7 +1201,10 @@ def plot_rewards(run_dir: str, env_id: str, show: bool) -> str:
     path = os.path.join(run_dir, "rewards.png")
     fig.savefig(path, dpi=100)
     if show:
-        plt.show()
+        try:
+            plt.show()
+        except KeyboardInterrupt:  # Ctrl-C closes the window; everything was saved before it
+            pass
     plt.close(fig)
     return path
 
@@ -992,7 +1253,29 @@ def parse_args(argv):
 
 
 RESUMABLE_FIELDS = ("max_episodes", "max_steps", "log_every_s", "checkpoint_every_s",
-                    "keep_checkpoints", "pin_threads")
+                    "keep_checkpoints", "pin_threads", "anneal_lr")
+FLAG_FIELDS = ("workers", "max_episodes", "max_steps", "seed")  # --max-steps N is --set max_steps=N
+
+
+def overrides_from_args(args) -> dict:
+    """The config fields the command line sets. A flag is a shortcut for --set of its field, with
+    the same meaning (0 for a budget: no limit); a field set twice is refused."""
+    flags = {field: f"--{field.replace('_', '-')} {getattr(args, field)}"
+             for field in FLAG_FIELDS if getattr(args, field) is not None}
+    for field in flags:
+        if getattr(args, field) < 0 and field in config_module.NO_LIMIT_FIELDS:
+            raise UsageError(f"{flags[field]}: must be >= 0 (0: no limit)")
+    try:
+        overrides = config_module.parse_overrides(args.set)
+        twice = sorted(set(overrides) & set(flags))
+        if twice:
+            raise ValueError(f"{twice[0]} is set twice ({flags[twice[0]]} and --set "
+                             f"{twice[0]}=...); set it once")
+        overrides.update(config_module.parse_overrides(
+            [f"{field}={getattr(args, field)}" for field in flags]))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return overrides
 
 
 def resume_config(args) -> tuple[str, Config]:
@@ -1002,34 +1285,20 @@ def resume_config(args) -> tuple[str, Config]:
     if args.env != DEFAULT_ENV or args.workers is not None or args.seed is not None:
         raise UsageError("--resume continues a run with its own --env, --workers and --seed; "
                          "start a new run to change them")
-    try:
-        overrides = config_module.parse_overrides(args.set)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    overrides = overrides_from_args(args)
     fixed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
     if fixed:
         raise UsageError(f"--resume cannot change {', '.join(fixed)}; only "
                          f"{', '.join(RESUMABLE_FIELDS)} (start a new run to change the others)")
-    args.env = env_id
-    return env_id, config_from_args(args, base=dataclasses.replace(saved, **overrides))
+    return env_id, checked(dataclasses.replace(saved, **overrides))
 
 
-def config_from_args(args, base: Config = None) -> Config:
-    cfg = base if base is not None else config_module.config_for(args.env)
-    try:
-        overrides = {} if base is not None else config_module.parse_overrides(args.set)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    for flag, key in (("workers", "workers"), ("seed", "seed")):
-        if getattr(args, flag) is not None:
-            overrides[key] = getattr(args, flag)
-    for flag, key in (("max_episodes", "max_episodes"), ("max_steps", "max_steps")):
-        value = getattr(args, flag)
-        if value is not None:
-            if value < 0:
-                raise UsageError(f"--{flag.replace('_', '-')} must be >= 0, got {value}")
-            overrides[key] = value or None
-    cfg = dataclasses.replace(cfg, **overrides)
+def config_from_args(args) -> Config:
+    """The env's preset with the command line's fields on top."""
+    return checked(dataclasses.replace(config_module.config_for(args.env), **overrides_from_args(args)))
+
+
+def checked(cfg: Config) -> Config:
     try:
         cfg.validate()
     except ValueError as exc:
@@ -1044,12 +1313,18 @@ def stop_like_ctrl_c(signum, frame):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop_like_ctrl_c)  # `kill` stops as cleanly as Ctrl-C
+        # `kill`, and a closed terminal or dropped ssh session, stop as cleanly as Ctrl-C
+        for name in ("SIGTERM", "SIGHUP"):
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), stop_like_ctrl_c)
     try:
         if args.eval is not None:
             if args.episodes < 1:
                 raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
-            evaluate(args.eval, args.episodes, args.render, args.record)
+            try:
+                evaluate(args.eval, args.episodes, args.render, args.record)
+            except KeyboardInterrupt:
+                raise Interrupted("interrupted: evaluation stopped; nothing was written") from None
             return 0
         if args.resume is not None:
             env_id, cfg = resume_config(args)
@@ -1063,9 +1338,11 @@ def main(argv=None) -> int:
     except WorkerError as exc:
         print(f"a3c.py: error: training stopped: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # a second Ctrl-C while the first one was being handled
-        print("a3c.py: interrupted twice: stopped at once; the run keeps its last checkpoint and "
-              "every episode its CSV recorded (--resume continues it)", file=sys.stderr)
+    except Interrupted as exc:  # a Ctrl-C that training could not turn into a clean stop
+        print(f"a3c.py: {exc}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("a3c.py: interrupted", file=sys.stderr)
         return 130
     return 130 if summary["interrupted"] else 0
 

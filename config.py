@@ -10,6 +10,7 @@ Edit a preset below, or override one field for one run:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -25,12 +26,17 @@ class Config:
     about 3x faster on 2 cores and learns as well per episode; 8 learned CartPole worse within
     1,500 episodes (more of them are spent by the first, random policy)."""
     max_episodes: Optional[int] = 1000
-    """Stop after this many finished episodes over all workers (None: no episode limit)."""
+    """Stop after this many finished episodes over all workers (None: no episode limit; on the
+    command line 0 and none both mean None)."""
     max_steps: Optional[int] = None
-    """Stop after this many environment steps over all workers (None: no step limit)."""
+    """Stop after this many environment steps over all workers (None: no step limit; on the
+    command line 0 and none both mean None)."""
     seed: int = 1
     """Seeds TensorFlow's graph, NumPy and every environment (env k of worker w gets
-    seed*1000 + w*envs_per_worker + k). Threads still interleave nondeterministically."""
+    seed*1000 + w*envs_per_worker + k), 0 to 2**32 - 1. Threads still interleave
+    nondeterministically. Each --resume of a run seeds everything anew from (seed, how many
+    times the run was resumed), so a resumed part never replays the start states and noise of an
+    earlier part; config.json's "resumed" entries record the seed each part used."""
     max_episode_steps: Optional[int] = None
     """Time limit of an episode; None keeps the environment's own (Pendulum-v1: 200 steps).
     Reaching it truncates the episode, and the n-step return bootstraps from V(s) there."""
@@ -67,12 +73,21 @@ class Config:
     """Divide both learning rates by sqrt(workers): more workers push more often, so each push
     should move less (a practitioners' rule of thumb)."""
     anneal_lr: bool = False
-    """Decrease both learning rates linearly to 0 over the run's budget (max_episodes or
-    max_steps, whichever runs out first), as the A3C paper did."""
+    """Decrease both learning rates linearly to 0 over the run's budget, as the A3C paper did, by
+    env steps: a max_steps budget directly, a max_episodes budget converted into env steps with
+    the mean length of the episodes finished so far (whichever budget is nearer wins; the rate
+    never goes back up). With equally long episodes (Pendulum: 200 steps) that is a straight line
+    in env steps, where counting finished episodes made a staircase. On --resume the rate goes on
+    from where the run left it and falls to 0 at the end of the new budget, so raising the budget
+    never makes it jump back up; a run that had annealed to 0 learns nothing more unless resumed
+    with --set anneal_lr=false (the base rates again)."""
     rmsprop_decay: float = 0.99
     """RMSProp's moving-average decay (A3C paper: 0.99; TF's default 0.9)."""
     rmsprop_epsilon: float = 1e-5
-    """RMSProp's epsilon (OpenAI baselines: 1e-5; TF's default 1e-10 makes early steps huge)."""
+    """RMSProp's epsilon, added to the mean square under the square root (OpenAI baselines' A2C:
+    1e-5; TF's default 1e-10). TF1's RMSProp starts the mean square at 1, so early steps are
+    damped, not huge; epsilon matters later, for weights whose gradients stay tiny (mean square
+    below ~1e-5), where 1e-10 lets lr * g / sqrt(ms) grow to nearly lr per step."""
 
     # --- networks (separate actor and critic MLPs, as in the classic tutorial) --------------
     actor_hidden: tuple = (200,)
@@ -107,6 +122,12 @@ class Config:
 
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{field.name} must be a finite number, got {value}")
+        if not 0 <= self.seed < 2 ** 32:
+            raise ValueError(f"seed must be in [0, 2**32 - 1], got {self.seed}")
         positive_ints = ("workers", "envs_per_worker", "n_steps", "keep_checkpoints")
         for name in positive_ints:
             if getattr(self, name) < 1:
@@ -114,7 +135,7 @@ class Config:
         for name in ("max_episodes", "max_steps", "max_episode_steps"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+                raise ValueError(f"{name} must be >= 1 or None (no limit), got {value}")
         if self.max_episodes is None and self.max_steps is None:
             raise ValueError("set max_episodes or max_steps, or the run never ends")
         if not 0.0 < self.gamma <= 1.0:
@@ -180,14 +201,22 @@ def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(Config)]
 
 
+# Budgets where None means "no limit": on the command line 0 says the same.
+NO_LIMIT_FIELDS = ("max_episodes", "max_steps")
+
+
 def parse_overrides(items: list[str]) -> dict:
-    """{"key": value} from ["key=text", ...] as given to --set (ValueError on a bad item)."""
-    overrides = {}
+    """{"key": value} from ["key=text", ...] as given to --set (ValueError on a bad item, and on a
+    key given twice: which one was meant is not ours to guess)."""
+    overrides, given = {}, {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set needs KEY=VALUE, got '{item}'")
-        key, text = item.split("=", 1)
-        overrides[key.strip()] = parse_value(key.strip(), text)
+        key, text = (part.strip() for part in item.split("=", 1))
+        if key in given:
+            raise ValueError(f"{key} is set twice ({given[key]} and {item}); set it once")
+        given[key] = item
+        overrides[key] = parse_value(key, text)
     return overrides
 
 
@@ -212,7 +241,7 @@ def parse_value(name: str, text: str):
             number = float(text)
             if not number.is_integer():
                 raise ValueError
-            return int(number)
+            return None if number == 0 and name in NO_LIMIT_FIELDS else int(number)
         if "float" in kind:
             return float(text)
         if "tuple" in kind:

@@ -110,8 +110,60 @@ class ImageEnv(CountdownEnv):
     observation_space = spaces.Box(0, 255, (84, 84, 3), np.uint8)
 
 
+class ShiftedDiscreteEnv(CountdownEnv):
+    """Discrete(3, start=-1): takes -1, 0 and 1, refuses anything else as a strict env would,
+    and records every action it receives."""
+
+    action_space = spaces.Discrete(3, start=-1)
+    received = []
+
+    def step(self, action):
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} is not in {self.action_space}")
+        ShiftedDiscreteEnv.received.append(int(action))
+        return super().step(action)
+
+
+class RecordingEnv(CountdownEnv):
+    """Countdown that records the seeds it is reset with, and which CPUs the thread stepping it
+    may run on (by thread name)."""
+
+    seeds = []
+    affinity = {}
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            RecordingEnv.seeds.append(seed)
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        import os
+        import threading
+        RecordingEnv.affinity[threading.current_thread().name] = os.sched_getaffinity(0)
+        return super().step(action)
+
+
+class InterruptingEnv(CountdownEnv):
+    """Countdown that raises KeyboardInterrupt, as Ctrl-C does in the main thread: when the
+    make_count-th instance is made (make_count 0: never), or on a step once step_interrupts."""
+
+    make_count = 0
+    step_interrupts = False
+
+    def __init__(self):
+        InterruptingEnv.make_count -= 1
+        if InterruptingEnv.make_count == 0:
+            raise KeyboardInterrupt
+
+    def step(self, action):
+        if InterruptingEnv.step_interrupts:
+            raise KeyboardInterrupt
+        return super().step(action)
+
+
 for name, cls in (("Countdown", CountdownEnv), ("Failing", FailingEnv), ("BoxAction", BoxActionEnv),
-                  ("NaNReward", NaNRewardEnv),
+                  ("NaNReward", NaNRewardEnv), ("ShiftedDiscrete", ShiftedDiscreteEnv),
+                  ("Recording", RecordingEnv), ("Interrupting", InterruptingEnv),
                   ("MultiDiscrete", MultiDiscreteEnv), ("Image", ImageEnv)):
     gym.register(f"A3CTest/{name}-v0", entry_point=cls)
 gym.register("A3CTest/Staggered-v0", entry_point=StaggeredEnv, max_episode_steps=5)

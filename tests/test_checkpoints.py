@@ -2,11 +2,15 @@
 import glob
 import json
 import os
+import shutil
+import threading
 
+import numpy as np
 import pytest
 
 import a3c
-from test_training import read_rows, refused, train
+from envs import InterruptingEnv, RecordingEnv
+from test_training import read_rows, refused, run_cli, train
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +38,57 @@ def test_eval_plays_the_deterministic_policy_and_records_an_animation(trained_ru
     assert os.path.getsize(os.path.join(trained_run, "episode.gif")) > 1000
     again = a3c.evaluate(trained_run, episodes=3)
     assert again["returns"] == a3c.evaluate(trained_run, episodes=3)["returns"], "deterministic"
-    assert all(r >= 8 for r in again["returns"])
+
+
+def greedy_returns_from_the_checkpoint_by_hand(checkpoint, episodes):
+    """CartPole played with argmax of the actor's logits, computed in NumPy from the weights."""
+    import gymnasium as gym
+
+    def weight(name):
+        return a3c.v1.train.load_variable(checkpoint, f"global/actor/{name}")
+    returns = []
+    env = gym.make("CartPole-v1")
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=10_000 + episode)
+        total, done = 0.0, False
+        while not done:
+            hidden = np.maximum(obs.astype(np.float32) @ weight("mlp/h0/w") + weight("mlp/h0/b"), 0)
+            action = int(np.argmax(hidden @ weight("logits/w") + weight("logits/b")))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    return returns
+
+
+def test_eval_plays_exactly_the_policy_stored_in_the_checkpoint(trained_run):
+    result = a3c.evaluate(trained_run, episodes=3)
+    assert result["returns"] == greedy_returns_from_the_checkpoint_by_hand(result["checkpoint"], 3)
+
+
+def test_a_restore_brings_back_the_global_net_its_rmsprop_slots_and_the_step_count(trained_run):
+    env_id, cfg = a3c.read_run(trained_run)
+    spec = a3c.env_spec(a3c.make_env(env_id, cfg), env_id)
+    graph = a3c.tf.Graph()
+    with graph.as_default():
+        a3c.build_graph(spec, cfg)
+        checkpoints = a3c.Checkpoints(trained_run, cfg, env_id)
+        init = a3c.v1.global_variables_initializer()
+    sess = a3c.v1.Session(graph=graph)
+    sess.run(init)
+    latest = a3c.latest_checkpoint(checkpoints.folder)
+    names = [v.op.name for v in checkpoints.shared]
+    slots = [name for name in names if "RMSProp" in name]
+    params = [name for name in names if name.startswith("global/") and name not in slots]
+    assert len(params) == 8 and len(slots) == 2 * len(params), names  # mean square, momentum
+    fresh = dict(zip(names, sess.run(checkpoints.shared)))
+    assert checkpoints.restore(sess) == int(latest.rsplit("-", 1)[1])
+    restored = dict(zip(names, sess.run(checkpoints.shared)))
+    sess.close()
+    for name in names:
+        stored = a3c.v1.train.load_variable(latest, name)
+        assert np.array_equal(restored[name], stored), name
+    assert all(not np.array_equal(fresh[n], restored[n]) for n in names if n.startswith("global/"))
 
 
 def test_eval_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
@@ -49,9 +103,20 @@ def test_eval_refuses_a_run_without_checkpoints(trained_run, tmp_path, capsys):
 
 
 def copy_run(trained_run, destination):
-    import shutil
     shutil.copytree(trained_run, destination)
     return destination
+
+
+def test_a_moved_run_folder_can_still_be_evaluated_and_resumed(tmp_path, capsys):
+    summary, _ = train("CartPole-v1", tmp_path / "first", max_episodes=10)
+    moved = str(tmp_path / "elsewhere" / "run")
+    shutil.move(summary["run_dir"], moved)
+    assert not os.path.exists(summary["run_dir"])
+    assert a3c.main(["--eval", moved, "--episodes", "1"]) == 0
+    assert a3c.main(["--resume", moved, "--max-episodes", "20", "--no-plot"]) == 0
+    assert len(read_rows(moved)) == 21
+    with open(os.path.join(moved, a3c.CHECKPOINT_FOLDER, "checkpoint")) as f:
+        assert str(tmp_path) not in f.read(), "the index names its files relative to itself"
 
 
 def test_eval_refuses_a_corrupt_checkpoint(trained_run, tmp_path, capsys):
@@ -85,8 +150,8 @@ def test_resume_refuses_a_checkpoint_of_another_env(trained_run, tmp_path, capsy
             "trained on CartPole-v1, not A3CTest/Countdown-v0")
 
 
-@pytest.mark.parametrize("stop_signals", [["SIGINT"], ["SIGTERM"], ["SIGINT", "SIGINT"]],
-                         ids=["ctrl-c", "sigterm", "ctrl-c-twice"])
+@pytest.mark.parametrize("stop_signals", [["SIGINT"], ["SIGTERM"], ["SIGHUP"], ["SIGINT", "SIGINT"]],
+                         ids=["ctrl-c", "sigterm", "sighup", "ctrl-c-twice"])
 def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, tmp_path):
     import signal
     import subprocess
@@ -190,3 +255,192 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp
     assert a3c.main(["--resume", run_dir, "--max-episodes", str(before + 30), "--no-plot"]) == 0
     rows = read_rows(run_dir)[1:]
     assert [int(r[1]) for r in rows] == list(range(1, before + 31))
+
+
+def test_a_resumed_part_draws_new_seeds_for_its_envs_and_graph(tmp_path, capsys):
+    RecordingEnv.seeds.clear()
+    summary, _ = train("A3CTest/Recording-v0", tmp_path, max_episodes=8)
+    first = set(RecordingEnv.seeds)
+    RecordingEnv.seeds.clear()
+    assert a3c.main(["--resume", summary["run_dir"], "--max-episodes", "16", "--no-plot"]) == 0
+    second = set(RecordingEnv.seeds)
+    assert len(first) == len(second) == 4 and not first & second
+    with open(os.path.join(summary["run_dir"], "config.json")) as f:
+        saved = json.load(f)
+    (resumed,) = saved["resumed"]
+    assert resumed["seed"] == a3c.part_seed(1, 1) != 1 and saved["config"]["seed"] == 1
+    assert resumed["seed"] * 1000 in second
+
+
+def test_resume_continues_the_anneal_from_where_the_run_left_it(tmp_path, capsys):
+    summary, _ = train("A3CTest/Countdown-v0", tmp_path, max_episodes=40, anneal_lr=True)
+    run_dir = summary["run_dir"]
+    rows = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    assert a3c.main(["--resume", run_dir, "--max-episodes", "80", "--no-plot"]) == 0
+    assert "learning rates at 0% of their base" in capsys.readouterr().out
+    with open(os.path.join(run_dir, "config.json")) as f:
+        start = json.load(f)["resumed"][0]["anneal_start"]
+    assert start["lr_fraction"] == 0.0, "the first part annealed to 0: no jump back to ~0.5"
+    assert start["budget_used"] == pytest.approx(
+        a3c.budget_used_smoothly(a3c.read_run(run_dir)[1], 40, 400, rows["env_steps"][-1]),
+        rel=0.2)
+
+
+def test_ctrl_c_during_set_up_says_nothing_was_trained(tmp_path, capsys):
+    InterruptingEnv.make_count = 3  # the probe, one worker's env, then Ctrl-C
+    try:
+        code, err = run_cli(["--env", "A3CTest/Interrupting-v0", "--workers", "2",
+                             "--max-episodes", "10", "--no-plot", "--results-dir", str(tmp_path)],
+                            capsys)
+    finally:
+        InterruptingEnv.make_count = 0
+    assert code == 130
+    assert "before training started: nothing was trained" in err and "twice" not in err
+    (run_dir,) = glob.glob(os.path.join(tmp_path, "A3CTest_Interrupting-v0", "*"))
+    assert f"{run_dir} holds no checkpoint" in err
+
+
+def test_ctrl_c_during_eval_says_nothing_was_written(tmp_path, capsys):
+    summary, _ = train("A3CTest/Interrupting-v0", tmp_path, max_episodes=4)
+    InterruptingEnv.step_interrupts = True
+    try:
+        code, err = run_cli(["--eval", summary["run_dir"]], capsys)
+    finally:
+        InterruptingEnv.step_interrupts = False
+    assert code == 130
+    assert err == "a3c.py: interrupted: evaluation stopped; nothing was written"
+
+
+def test_ctrl_c_on_the_plot_window_closes_it_and_the_run_ends_normally(tmp_path, capsys,
+                                                                       monkeypatch):
+    import matplotlib.pyplot as plt
+
+    def interrupted_show(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setenv("DISPLAY", ":0")  # a display is there, so the window is shown ...
+    monkeypatch.setattr(plt, "show", interrupted_show)  # ... and Ctrl-C'ed while it is open
+    code, err = run_cli(["--env", "A3CTest/Countdown-v0", "--workers", "2", "--max-episodes", "4",
+                         "--results-dir", str(tmp_path)], capsys)
+    assert code == 0 and "interrupted" not in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--render", "--record"], ["--render and --record do not go together"]),
+    (["--render"], ["--render needs a display"]),
+])
+def test_eval_refuses_to_render_where_it_cannot(argv, words, trained_run, capsys, monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    refused(["--eval", trained_run] + argv, capsys, *words)
+
+
+class BreakingConsole:
+    """A console that, while training runs, moves the run's checkpoint folder away and puts a
+    file in its place (as a folder moved or a full disk would), and puts it back later."""
+
+    def __init__(self, break_at, mend_at):
+        self.lines, self.break_at, self.mend_at, self.run_dir = 0, break_at, mend_at, None
+
+    def write(self, text):
+        if "results in " in text and self.run_dir is None:
+            self.run_dir = text.rsplit("results in ", 1)[1].strip()
+        if text.startswith("episodes"):
+            self.lines += 1
+            folder = os.path.join(self.run_dir, a3c.CHECKPOINT_FOLDER)
+            if self.lines == self.break_at:
+                os.rename(folder, folder + ".away")
+                open(folder, "w").close()
+            if self.lines == self.mend_at:
+                os.remove(folder)
+                os.rename(folder + ".away", folder)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("mend_at", [4, None], ids=["mended", "broken-to-the-end"])
+def test_a_failing_checkpoint_save_warns_and_training_goes_on(mend_at, tmp_path, capfd):
+    import dataclasses
+
+    import config as config_module
+    cfg = dataclasses.replace(config_module.config_for("CartPole-v1"), workers=2, envs_per_worker=2,
+                              actor_hidden=(16,), critic_hidden=(16,), max_episodes=None,
+                              max_steps=60_000, log_every_s=0.1, checkpoint_every_s=0.1)
+    console = BreakingConsole(break_at=2, mend_at=mend_at)
+    summary = a3c.train("CartPole-v1", cfg, str(tmp_path), show_plot=False, out=console)
+    err = capfd.readouterr().err
+    assert summary["env_steps"] >= 60_000 and not summary["interrupted"]
+    assert "could not write a periodic checkpoint" in err
+    assert os.path.exists(summary["plot"]) and len(read_rows(summary["run_dir"])) > 50
+    if mend_at is None:
+        assert "could not write the final checkpoint" in err
+    else:
+        latest = a3c.latest_checkpoint(os.path.join(summary["run_dir"], a3c.CHECKPOINT_FOLDER))
+        assert int(latest.rsplit("-", 1)[1]) >= 60_000
+
+
+class FailingConsole:
+    """A console that raises something no console should, once training is under way."""
+
+    def write(self, text):
+        if text.startswith("episodes"):
+            raise RuntimeError("the console broke")
+
+    def flush(self):
+        pass
+
+
+def test_a_failing_driver_stops_and_joins_every_worker_before_closing_anything(tmp_path):
+    import dataclasses
+
+    import config as config_module
+    cfg = dataclasses.replace(config_module.config_for("CartPole-v1"), workers=3, envs_per_worker=2,
+                              actor_hidden=(16,), critic_hidden=(16,), max_episodes=None,
+                              max_steps=10**9, log_every_s=0.2)
+    with pytest.raises(a3c.WorkerError, match="the driver raised RuntimeError: the console broke"):
+        a3c.train("CartPole-v1", cfg, str(tmp_path), show_plot=False, out=FailingConsole())
+    assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
+    (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
+    assert a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    assert os.path.exists(os.path.join(run_dir, "rewards.png"))
+
+
+def test_a_run_piped_into_head_trains_to_its_end(tmp_path):
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(root, "a3c.py"), "--env", "CartPole-v1", "--workers", "2",
+         "--max-steps", "40000", "--no-plot", "--results-dir", str(tmp_path),
+         "--set", "log_every_s=0.05"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.readline()  # what `| head -1` reads before it exits
+    process.stdout.close()
+    err = process.stderr.read()
+    assert process.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "Exception ignored" not in err
+    assert "the console went away; training goes on" in err
+    (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
+    latest = a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    assert int(latest.rsplit("-", 1)[1]) >= 40_000
+
+
+def test_a_checkpoint_written_before_rmsprop_slots_were_saved_still_resumes(trained_run, tmp_path,
+                                                                          capfd):
+    run = copy_run(trained_run, tmp_path / "run")
+    folder = os.path.join(run, a3c.CHECKPOINT_FOLDER)
+    latest = a3c.latest_checkpoint(folder)
+    steps = int(latest.rsplit("-", 1)[1])
+    with a3c.tf.Graph().as_default():  # the same checkpoint as an older version wrote it
+        kept = [a3c.v1.Variable(a3c.v1.train.load_variable(latest, name), name=name)
+                for name, _ in a3c.v1.train.list_variables(latest) if "RMSProp" not in name]
+        with a3c.v1.Session() as sess:
+            sess.run(a3c.v1.global_variables_initializer())
+            for old in glob.glob(os.path.join(folder, "*")):
+                os.remove(old)
+            a3c.v1.train.Saver(kept).save(sess, os.path.join(folder, "model"), global_step=steps)
+    assert a3c.main(["--resume", str(run), "--max-steps", str(steps + 2000), "--no-plot"]) == 0
+    assert "holds no RMSProp averages" in capfd.readouterr().err
+    resumed = a3c.latest_checkpoint(folder)
+    assert any("RMSProp" in name for name, _ in a3c.v1.train.list_variables(resumed))

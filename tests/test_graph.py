@@ -141,15 +141,22 @@ def rollout_feed(net, spec, cfg, rng):
             net.ended: np.zeros((T, E), np.float32)}
 
 
-@pytest.mark.parametrize("spec", [box_spec([-2.0], [2.0]), discrete_spec(3)], ids=["box", "discrete"])
-def test_push_changes_the_global_net_and_pull_makes_local_equal_global(spec):
-    cfg = Config(workers=2, envs_per_worker=2, n_steps=3, actor_hidden=(8,), critic_hidden=(8,))
+@pytest.mark.parametrize("spec, sigma_from_state", [
+    (box_spec([-2.0], [2.0]), False), (box_spec([-2.0], [2.0]), True), (discrete_spec(3), False)],
+    ids=["box", "box-sigma-from-state", "discrete"])
+def test_push_changes_the_global_net_and_pull_makes_local_equal_global(spec, sigma_from_state):
+    cfg = Config(workers=2, envs_per_worker=2, n_steps=3, actor_hidden=(8,), critic_hidden=(8,),
+                 sigma_from_state=sigma_from_state)
     sess, global_net, workers = build_session(spec, cfg)
     global_params = global_net.actor_params + global_net.critic_params
     worker = workers[0]
     local_params = worker.actor_params + worker.critic_params
     other_params = workers[1].actor_params + workers[1].critic_params
 
+    sigma_layer = [v for v in global_params if "/sigma/" in v.name]
+    if not spec.discrete:
+        assert [v.op.name.rsplit("/", 1)[1] for v in sigma_layer] == (
+            ["w", "b"] if sigma_from_state else ["v"])
     before = sess.run(global_params)
     sess.run(worker.push, rollout_feed(worker, spec, cfg, np.random.default_rng(3)))
     after = sess.run(global_params)
@@ -206,16 +213,69 @@ def test_gradients_are_clipped_to_the_configured_global_norm():
 
 
 def test_learning_rates_are_divided_by_sqrt_workers_when_asked():
-    spec = discrete_spec(2)
-    cfg = Config(workers=4, actor_lr=0.1, critic_lr=0.2, scale_lr_with_workers=True,
-                 actor_hidden=(4,), critic_hidden=(4,))
-    graph = tf.Graph()
-    with graph.as_default():
-        a3c.build_graph(spec, cfg)
-        names = {op.name for op in graph.get_operations()}
-    assert any("RMSPropActor" in n for n in names) and any("RMSPropCritic" in n for n in names)
+    cfg = Config(workers=4, actor_lr=0.1, critic_lr=0.2, scale_lr_with_workers=True)
     assert a3c.learning_rates(cfg) == pytest.approx((0.05, 0.1))
     assert a3c.learning_rates(dataclasses.replace(cfg, scale_lr_with_workers=False)) == (0.1, 0.2)
+
+
+@pytest.mark.parametrize("scale_with_workers, lr_fraction", [(False, 1.0), (True, 0.25)],
+                         ids=["base-rate", "scaled-and-annealed"])
+def test_a_push_moves_the_global_net_by_the_learning_rate_in_force(scale_with_workers, lr_fraction):
+    # TF1's RMSProp starts its mean square at 1, so the first step of a weight with clipped
+    # gradient g is exactly lr * g / sqrt(decay + (1 - decay) g^2 + epsilon)
+    spec = discrete_spec(3)
+    cfg = Config(workers=4, n_steps=3, envs_per_worker=2, actor_lr=0.02, critic_lr=0.05,
+                 scale_lr_with_workers=scale_with_workers, actor_hidden=(8,), critic_hidden=(8,))
+    sess, global_net, workers = build_session(spec, cfg)
+    worker = workers[0]
+    sess.run(worker.pull)
+    feed = rollout_feed(worker, spec, cfg, np.random.default_rng(7))
+    actor_grads, critic_grads = sess.run([worker.actor_grads, worker.critic_grads], feed)
+    params = global_net.actor_params + global_net.critic_params
+    before = sess.run(params)
+    sess.run(worker.push, {**feed, worker.lr_fraction: lr_fraction})
+    after = sess.run(params)
+    actor_lr, critic_lr = a3c.learning_rates(cfg)
+    rates = [actor_lr] * len(actor_grads) + [critic_lr] * len(critic_grads)
+    largest = 0.0
+    for b, a, g, lr in zip(before, after, actor_grads + critic_grads, rates):
+        step = lr * lr_fraction * g / np.sqrt(cfg.rmsprop_decay + (1 - cfg.rmsprop_decay) * g ** 2
+                                              + cfg.rmsprop_epsilon)
+        rounding = 1e-6 * np.abs(b)  # b - a of float32 weights loses digits as the step shrinks
+        assert np.all(np.abs((b - a) - step) <= 2e-3 * np.abs(step) + rounding + 1e-9)
+        largest = max(largest, np.abs(step).max())
+    assert largest > 1e-4 * lr_fraction  # steps large enough for the rounding to matter little
+    sess.close()
+
+
+def test_softmax_env_actions_start_where_the_action_space_starts():
+    spec = a3c.EnvSpec("test", 4, True, 3, None, None, action_start=-1)
+    obs = np.random.default_rng(8).normal(size=(2000, 4)).astype(np.float32) * 50
+
+    def build():
+        policy = a3c.build_actor(tf.constant(obs), spec, Config(actor_hidden=(16,)))
+        return policy.sample, policy.env_action, policy.greedy_action, policy.logits
+
+    sample, env_action, greedy, logits = evaluate(build)
+    assert set(sample.tolist()) == {0, 1, 2}, "the policy's own index: what log-probs are of"
+    np.testing.assert_array_equal(env_action, sample - 1)
+    np.testing.assert_array_equal(greedy, np.argmax(logits, axis=1) - 1)
+
+
+def test_a_state_dependent_sigma_depends_on_the_state():
+    spec = box_spec([-2.0], [2.0])
+    obs = np.random.default_rng(9).normal(size=(50, 4)).astype(np.float32) * 100
+
+    def build():
+        state = a3c.build_actor(tf.constant(obs), spec, Config(sigma_from_state=True))
+        with v1.variable_scope("shared"):
+            shared = a3c.build_actor(tf.constant(obs), spec, Config(sigma_from_state=False))
+        return state.sigma, shared.sigma
+
+    state_sigma, shared_sigma = evaluate(build)
+    assert np.ptp(state_sigma) > 1e-3
+    assert np.ptp(shared_sigma) == 0
+    np.testing.assert_allclose(np.median(state_sigma), 0.7 * 2, rtol=0.2)  # initial_sigma x half range
 
 
 class SessionWithoutCppCallables:
@@ -255,10 +315,45 @@ def test_worker_threads_share_one_cpu_only_when_it_pays():
     assert a3c.cpu_layout(Config(workers=2)) is None  # too few workers to keep a pool fed
     assert a3c.cpu_layout(Config(workers=8, pin_threads=False)) is None
     layout = a3c.cpu_layout(Config(workers=8))
-    if len(cpus) >= 2:
-        assert layout == ({min(cpus)}, cpus - {min(cpus)})
+    if len(cpus) >= 2 and a3c.usable_cpus()[1] >= 2:
+        assert layout.workers == {min(cpus)} and layout.ops <= cpus - {min(cpus)}
     else:
         assert layout is None
+
+
+def test_pinning_on_many_cores_and_under_a_cpu_quota():
+    many = list(range(64))
+    layout = a3c.cpu_layout(Config(workers=8), many, 64.0)
+    assert layout == ({0}, set(range(1, 9))), "one pool thread per worker: more would idle"
+    assert a3c.cpu_layout(Config(workers=8), [4, 9, 11], 3.0) == ({4}, {9, 11})
+    # a quota of 2.5 CPUs on a 64-CPU host: pin to 2 CPUs, never to more than the quota grants
+    assert a3c.cpu_layout(Config(workers=8), many, 2.5) == ({0}, {1})
+    assert a3c.cpu_layout(Config(workers=8), many, 1.5) is None
+
+
+@pytest.mark.parametrize("files, quota", [
+    ({"cpu.max": "250000 100000\n"}, 2.5),
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "150000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1.5),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({}, None),
+], ids=["v2", "v2-none", "v1", "v1-none", "no-cgroup"])
+def test_the_cgroup_cpu_quota_is_read_from_either_cgroup_version(files, quota, tmp_path):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert a3c.cpu_quota(str(tmp_path)) == quota
+
+
+def test_sessions_never_use_a_gpu():
+    for op_threads in (-1, 1):
+        device_count = a3c.session_config(op_threads).device_count
+        assert "GPU" in device_count and device_count["GPU"] == 0  # a missing key also reads 0
+    with tf.Graph().as_default() as graph:
+        tf.constant(1.0)
+    sess = a3c.open_session(graph, None)
+    assert not [d.name for d in sess.list_devices() if "GPU" in d.device_type]
+    sess.close()
 
 
 def thread_names():

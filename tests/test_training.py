@@ -13,7 +13,8 @@ import pytest
 import a3c
 import config as config_module
 from config import Config
-from envs import BoxActionEnv
+from envs import BoxActionEnv, RecordingEnv, ShiftedDiscreteEnv
+from graphs import build_session
 
 TINY = dict(workers=2, envs_per_worker=2, n_steps=5, actor_hidden=(16,), critic_hidden=(16,),
             log_every_s=0.5)
@@ -65,13 +66,49 @@ def test_a_short_run_writes_every_output(env_id, tmp_path):
     assert "mean-100" in console and run_dir in console.splitlines()[-1]
 
 
-def test_episodes_shorter_than_a_rollout_get_the_statistics_of_the_push_that_trained_them(tmp_path):
-    # Countdown episodes last 10 steps: a 25-step rollout ends two or three of them per env
-    summary, _ = train("A3CTest/Countdown-v0", tmp_path, n_steps=25, max_episodes=12)
-    body = read_rows(summary["run_dir"])[1:]
-    entropy, grad_norm = (np.array([float(r[c]) for r in body]) for c in (7, 8))
-    assert np.isfinite(entropy).all() and (entropy > 0).all()
-    assert np.isfinite(grad_norm).all() and (grad_norm > 0).all()
+class TracedWorker(a3c.Worker):
+    """The real worker, noting each rollout's finished episodes and each push's statistics."""
+
+    def rollout(self):
+        finished = super().rollout()
+        self.trace.append(finished)
+        return finished
+
+    def push_and_pull(self, lr_fraction):
+        stats = super().push_and_pull(lr_fraction)
+        self.pushes.append(stats)
+        return stats
+
+
+def test_each_episode_logs_the_mean_statistics_of_exactly_the_pushes_that_trained_on_it(tmp_path):
+    # Countdown episodes last 10 steps: 25-step rollouts end two or three of them per env, and
+    # an episode's steps fall in one to two pushes
+    cfg = dataclasses.replace(Config(), **{**TINY, "workers": 1, "n_steps": 25, "max_episodes": 16})
+    env_id = "A3CTest/Countdown-v0"
+    spec = a3c.env_spec(a3c.make_env(env_id, cfg), env_id)
+    sess, _, (net,) = build_session(spec, cfg)
+    worker = TracedWorker(0, net, env_id, spec, cfg)
+    worker.trace, worker.pushes = [], []
+    worker.prepare(sess, cfg.seed)
+    writer = a3c.v1.summary.FileWriter(str(tmp_path))
+    log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
+    worker.work(a3c.v1.train.Coordinator(), log)
+    log.close()
+    writer.close()
+    sess.close()
+
+    expected, first_push = [], [0] * cfg.envs_per_worker  # the push of each env's episode's first step
+    for push, finished in enumerate(worker.trace):
+        for k, _, length in finished:
+            assert length == 10
+            spanned = np.array(worker.pushes[first_push[k]:push + 1])
+            expected.append(spanned.mean(axis=0))
+            first_push[k] = push  # the next episode starts within this rollout
+    rows = read_rows(str(tmp_path))[1:]
+    assert len(rows) == 16 and len(expected) >= 16
+    logged = np.array([[float(r[7]), float(r[8])] for r in rows])
+    np.testing.assert_allclose(logged, np.array(expected[:16]), rtol=1e-5)
+    assert len({tuple(p) for p in worker.pushes}) == len(worker.pushes), "pushes differ"
 
 
 def test_reward_scaling_changes_learning_only_never_the_logged_return(tmp_path):
@@ -93,16 +130,46 @@ def test_continuous_actions_reaching_the_env_respect_asymmetric_bounds(tmp_path)
     assert np.any(actions == low) and np.any(actions == high), "wide samples are clipped to bounds"
 
 
-def test_a_run_records_where_its_threads_ran(tmp_path):
-    summary, console = train("A3CTest/Countdown-v0", tmp_path, workers=3, max_episodes=6)
+def test_worker_threads_run_where_the_run_records_they_ran(tmp_path):
+    RecordingEnv.affinity.clear()
+    summary, console = train("A3CTest/Recording-v0", tmp_path, workers=3, max_episodes=12)
     with open(os.path.join(summary["run_dir"], "config.json")) as f:
         recorded = json.load(f)["cpus"]
     layout = a3c.cpu_layout(dataclasses.replace(Config(), workers=3))
+    assert set(RecordingEnv.affinity) == {"worker_0", "worker_1", "worker_2"}
     if layout is None:  # one CPU: nothing to pin
         assert recorded is None and "TensorFlow's ops run on" not in console
+        assert all(cpus == os.sched_getaffinity(0) for cpus in RecordingEnv.affinity.values())
     else:
         assert recorded == {"workers": sorted(layout.workers), "tensorflow_ops": sorted(layout.ops)}
         assert f"worker threads share CPU {min(layout.workers)}" in console
+        assert all(cpus == layout.workers for cpus in RecordingEnv.affinity.values())
+
+
+def test_a_discrete_space_that_starts_elsewhere_gets_actions_from_its_start(tmp_path):
+    ShiftedDiscreteEnv.received.clear()
+    train("A3CTest/ShiftedDiscrete-v0", tmp_path, max_episodes=30)
+    assert set(ShiftedDiscreteEnv.received) == {-1, 0, 1}
+
+
+def test_an_env_id_with_a_module_imports_that_module_first(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a3c_plugin_envs.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register('PluginCountdown-v0', entry_point='envs:CountdownEnv')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, _ = run_cli(["--env", "a3c_plugin_envs:PluginCountdown-v0", "--workers", "2",
+                       "--max-episodes", "6", "--no-plot", "--results-dir", str(tmp_path / "runs")],
+                      capsys)
+    assert code == 0
+    (run_dir,) = glob.glob(os.path.join(tmp_path, "runs", "a3c_plugin_envs_PluginCountdown-v0", "*"))
+    assert [r[4] for r in read_rows(run_dir)[1:]] == ["10"] * 6
+    assert a3c.main(["--eval", run_dir, "--episodes", "1"]) == 0
+
+
+def test_max_episode_steps_cuts_episodes_at_that_length(tmp_path):
+    summary, _ = train("CartPole-v1", tmp_path, max_episodes=40, max_episode_steps=7)
+    lengths = [int(r[5]) for r in read_rows(summary["run_dir"])[1:]]
+    assert max(lengths) == 7 and lengths.count(7) > 30  # random CartPole lasts ~22 steps
 
 
 def test_a_failing_worker_stops_every_thread_and_reaches_the_user(tmp_path):
@@ -203,8 +270,19 @@ def test_cli_refuses_unsupported_spaces_naming_env_and_space(env_id, words, caps
     (["--set", "gamma"], ["KEY=VALUE"]),
     (["--set", "gamma=1.5"], ["gamma must be in (0, 1]"]),
     (["--workers", "0"], ["workers must be >= 1"]),
-    (["--max-steps", "-5"], ["--max-steps must be >= 0"]),
+    (["--max-steps", "-5"], ["--max-steps -5: must be >= 0"]),
     (["--max-episodes", "0", "--max-steps", "0"], ["never ends"]),
+    (["--set", "max_episodes=0", "--set", "max_steps=none"], ["never ends"]),
+    (["--seed", "-1"], ["seed must be in [0, 2**32 - 1]"]),
+    (["--set", "seed=4294967296"], ["seed must be in"]),
+    (["--set", "entropy_beta=nan"], ["entropy_beta must be a finite number"]),
+    (["--set", "reward_shift=nan"], ["reward_shift must be a finite number"]),
+    (["--set", "initial_sigma=nan"], ["initial_sigma must be a finite number"]),
+    (["--set", "log_every_s=inf"], ["log_every_s must be a finite number"]),
+    (["--set", "checkpoint_every_s=inf"], ["checkpoint_every_s must be a finite number"]),
+    (["--max-episodes", "5", "--set", "max_episodes=9"], ["max_episodes is set twice",
+                                                          "--max-episodes 5"]),
+    (["--set", "workers=2", "--set", "workers=3"], ["workers is set twice"]),
 ])
 def test_cli_refuses_bad_values_in_one_line(argv, words, capsys, tmp_path):
     assert_refused(["--env", "CartPole-v1"] + argv, capsys, tmp_path, *words)
@@ -233,9 +311,21 @@ def test_cli_runs_a_job_and_a_worker_error_exits_non_zero(capsys, tmp_path):
     assert "worker_1" in err and "the simulator crashed" in err
 
 
+def test_flags_and_set_mean_the_same_and_zero_budgets_mean_no_limit():
+    args = a3c.parse_args(["--env", "CartPole-v1", "--max-episodes", "0", "--set", "max_steps=500",
+                           "--workers", "3"])
+    by_flags = a3c.config_from_args(args)
+    args = a3c.parse_args(["--env", "CartPole-v1", "--set", "max_episodes=0",
+                           "--max-steps", "500", "--set", "workers=3"])
+    assert a3c.config_from_args(args) == by_flags
+    assert (by_flags.max_episodes, by_flags.max_steps, by_flags.workers) == (None, 500, 3)
+
+
 def test_set_parses_every_kind_of_field():
     assert config_module.parse_value("actor_hidden", "64,64") == (64, 64)
     assert config_module.parse_value("max_steps", "none") is None
+    assert config_module.parse_value("max_steps", "0") is None
+    assert config_module.parse_value("max_episode_steps", "0") == 0  # not a budget: refused later
     assert config_module.parse_value("max_steps", "1e5") == 100000
     assert config_module.parse_value("scale_lr_with_workers", "true") is True
     assert config_module.parse_value("gamma", "0.9") == 0.9
@@ -248,6 +338,51 @@ def test_presets_exist_and_other_envs_get_the_defaults():
         assert env_id in config_module.PRESETS
         config_module.config_for(env_id).validate()
     assert config_module.config_for("MountainCar-v0") == Config()
+
+
+def test_the_annealed_learning_rate_falls_with_every_step_not_in_waves_of_episodes(tmp_path):
+    import tensorflow as tf
+    # Pendulum's shape: 64 envs whose 200-step episodes all end together; 1,000 episodes
+    cfg = Config(max_episodes=1000, anneal_lr=True)
+    writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
+    log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
+    fractions = []
+    while log.episodes < 1000:
+        log.add_steps(64 * 4)  # one rollout of 4 steps in each of 64 envs
+        if log.env_steps % (64 * 200) == 0:
+            for _ in range(64):
+                log.record(0, -200.0, 200, 1.0, 1.0)
+        fractions.append(log.lr_fraction())
+    log.close()
+    writer.close()
+    fractions = np.array(fractions)
+    after_first_wave = fractions[50:]  # the mean episode length is known from the first wave on
+    falling = np.diff(after_first_wave)
+    assert np.all(falling[after_first_wave[1:] > 0] < 0), "lower after every rollout"
+    steps = 64 * 4 * np.arange(1, len(fractions) + 1)
+    np.testing.assert_allclose(after_first_wave, np.clip(1 - steps[50:] / 200_000, 0, 1), atol=1e-9)
+    assert fractions[-1] == 0.0
+
+
+def test_a_resumed_run_anneals_on_from_the_rate_it_reached(tmp_path):
+    import tensorflow as tf
+    cfg = Config(max_episodes=1500, anneal_lr=True)
+    rows = {"episode": np.arange(1, 1001), "length": np.full(1000, 200),
+            "env_steps": np.arange(1, 1001) * 200, "wall_s": np.arange(1, 1001) * 0.1,
+            "return": np.full(1000, -150.0), "running_return": np.full(1000, -150.0)}
+    history = a3c.RunHistory(rows, 196_000, a3c.AnnealStart(0.02, 196_000 / 300_000))
+    writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
+    log = a3c.EpisodeLog(str(tmp_path), cfg, writer, history)
+    fractions = []
+    while log.env_steps < 300_000:
+        fractions.append(log.lr_fraction())
+        log.add_steps(64 * 4)
+    log.close()
+    writer.close()
+    assert fractions[0] == pytest.approx(0.02), "not the 0.35 a 1,500-episode schedule has there"
+    assert np.all(np.diff(fractions) <= 0) and fractions[-1] < 1e-3
+    np.testing.assert_allclose(fractions[200], 0.02 * (300_000 - 196_000 - 200 * 256) / 104_000,
+                               rtol=1e-6)
 
 
 def test_budget_used_follows_whichever_limit_is_nearer(tmp_path):

@@ -17,7 +17,7 @@ def make_workers(cfg):
     sess, _, nets = build_session(spec, cfg)
     workers = [a3c.Worker(i, net, ENV, spec, cfg) for i, net in enumerate(nets)]
     for worker in workers:
-        worker.prepare(sess)
+        worker.prepare(sess, cfg.seed)
     return workers
 
 
