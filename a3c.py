@@ -688,7 +688,14 @@ def cpu_quota(cgroup_root: str = "/sys/fs/cgroup") -> typing.Optional[float]:
     """How many CPUs' worth of time a cgroup CPU quota grants (cgroup v2's cpu.max, or v1's
     cfs_quota_us / cfs_period_us), or None: no quota, or none readable. Containers and batch
     systems set one while the affinity mask still lists every CPU of the host."""
-    for quota_file, period_file in (("cpu.max", None),
+    own = ""  # this process's cgroup-v2 path, where the host's tree is visible (no namespace)
+    try:
+        with open("/proc/self/cgroup") as f:
+            own = next((line.split("::", 1)[1].strip().lstrip("/") for line in f
+                        if line.startswith("0::")), "")
+    except OSError:
+        pass
+    for quota_file, period_file in ((os.path.join(own, "cpu.max"), None), ("cpu.max", None),
                                     ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
         try:
             with open(os.path.join(cgroup_root, quota_file)) as f:
@@ -733,7 +740,8 @@ def cpu_layout(cfg: Config, cpus: list = None, capacity: float = None) -> typing
     CPU per worker, since each worker has at most one call in flight. Under a cgroup quota of Q
     CPUs the layout uses floor(Q) of the allowed CPUs, so the pinned threads can never ask for
     more time than the quota grants; below 2, nothing is pinned. Environments are made in the
-    main thread, which is never pinned, so threads they start when made run anywhere."""
+    main thread, which is never pinned, so threads they start when made run anywhere; threads an
+    env starts later, from inside a step, share the workers' CPU (pin_threads=false avoids it)."""
     if not cfg.pin_threads or cfg.workers < 3 or not hasattr(os, "sched_setaffinity"):
         return None
     if cpus is None:
@@ -762,8 +770,24 @@ class Interrupted(KeyboardInterrupt):
     what is true of the run at that point."""
 
 
+def tell(stream, text: str) -> bool:
+    """Print text to stream; False, and the stream silenced for good, if it is gone (a broken
+    pipe, a closed terminal): a message must never be what stops a run or its cleanup."""
+    try:
+        print(text, file=stream, flush=True)
+        return True
+    except (OSError, ValueError):
+        if stream in (sys.stdout, sys.stderr):  # keep Python's exit-time flush from failing too
+            try:
+                with open(os.devnull, "w") as devnull:
+                    os.dup2(devnull.fileno(), stream.fileno())
+            except (OSError, ValueError):
+                pass
+        return False
+
+
 def warn(text: str) -> None:
-    print(f"a3c.py: warning: {text}", file=sys.stderr, flush=True)
+    tell(sys.stderr, f"a3c.py: warning: {text}")
 
 
 def attempt(what: str, step, *args):
@@ -785,16 +809,18 @@ class Console:
         self.open = True
 
     def say(self, text: str) -> None:
-        if not self.open:
-            return
-        try:
-            print(text, file=self.out, flush=True)
-        except (OSError, ValueError):  # a broken pipe, or a stream that was closed
+        if self.open and not tell(self.out, text):
             self.open = False
-            if self.out is sys.stdout:  # keep Python's exit-time flush from failing again
-                with open(os.devnull, "w") as devnull:
-                    attempt("silence stdout", os.dup2, devnull.fileno(), sys.stdout.fileno())
             warn("the console went away; training goes on without progress lines")
+
+
+def write_atomically(path: str, text: str) -> None:
+    """A file that is either its old self or its new self, never half written (a resume rewrites
+    config.json, which the run cannot be resumed or evaluated without)."""
+    partial = path + ".partial"
+    with open(partial, "w") as f:
+        f.write(text)
+    os.replace(partial, path)
 
 
 def part_seed(seed: int, part: int) -> int:
@@ -864,8 +890,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
                  "anneal_start": history.anneal_start._asdict(),
                  "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
             run_info["argv"] = earlier.get("argv")
-        with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump(run_info, f, indent=2)
+        write_atomically(os.path.join(run_dir, "config.json"), json.dumps(run_info, indent=2))
         summary_writer = v1.summary.FileWriter(run_dir, graph)
         for worker in workers:
             worker.prepare(sess, seed)
@@ -920,22 +945,24 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             coord.join(threads, stop_grace_period_secs=30, ignore_live_threads=True)
         except Exception as exc:  # a worker raised: the Coordinator stopped the others
             error = error or exc
+        stuck = [thread.name for thread in threads if thread.is_alive()]
         final = log.progress()  # the workers have stopped: the clock stops too
         attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps)
-        attempt("close episodes.csv", log.close)
-        attempt("close the TensorBoard events", summary_writer.close)
-        stuck = [thread.name for thread in threads if thread.is_alive()]
-        if stuck:  # closing the session or an env under a running thread could crash the process
-            warn(f"{', '.join(stuck)} did not stop within 30 s; their session and environments "
-                 f"are left open")
+        if stuck:  # closing what a running thread uses could crash the process or lose its rows
+            warn(f"{', '.join(stuck)} did not stop within 30 s; the CSV, the session and the "
+                 f"environments are left open for them")
         else:
+            attempt("close episodes.csv", log.close)
+            attempt("close the TensorBoard events", summary_writer.close)
             attempt("close the session", sess.close)
             for worker in workers:
                 attempt(f"close {worker.name}'s environments", worker.close)
         plot_path = attempt("draw rewards.png", plot_rewards, run_dir, env_id,
                             show_plot and error is None and not interrupted)
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted twice: stopped at once; {checkpoint_note(run_dir)}") from None
+        how = "interrupted twice" if interrupted else "interrupted while finishing the run"
+        why = f" (training had stopped: {error})" if error is not None else ""
+        raise Interrupted(f"{how}: stopped at once{why}; {checkpoint_note(run_dir)}") from None
 
     final.update(run_dir=run_dir, plot=plot_path, interrupted=interrupted)
     how = "interrupted" if interrupted else ("stopped by an error" if error else "done")
@@ -969,8 +996,13 @@ def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
     """Restore the run's latest checkpoint into sess and say where training continues from:
     its episodes, its env step count (the checkpoint's, or further if the CSV recorded episodes
     after it), and the learning rate it had annealed to. UsageError if its budget is spent."""
-    rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
-    env_steps = int(max([checkpoints.restore(sess), *rows["env_steps"].astype(int)]))
+    checkpoint_steps = checkpoints.restore(sess)
+    try:
+        rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
+    except (OSError, KeyError, ValueError) as exc:
+        raise UsageError(f"cannot read {run_dir}'s episodes.csv ({first_line(exc)}); only a run "
+                         f"folder with its CSV can be resumed") from None
+    env_steps = int(max([checkpoint_steps, *rows["env_steps"].astype(int)]))
     episodes, finished_steps = len(rows["episode"]), int(rows["length"].sum())
     if budget_used(cfg, episodes, env_steps) >= 1:
         raise UsageError(f"{run_dir} already used its budget (max_episodes={cfg.max_episodes}, "
@@ -982,6 +1014,10 @@ def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
         reached = annealed_fraction(
             budget_used_smoothly(before, episodes, finished_steps, env_steps),
             AnnealStart(**last_start))
+        if cfg.anneal_lr and reached < 0.01:
+            raise UsageError(f"{run_dir}'s learning rates had annealed to {reached:.1%} of their "
+                             f"base, so it would learn nothing more; resume it with --set "
+                             f"anneal_lr=false to train on at the base rates, or start a new run")
     return RunHistory(rows, env_steps, AnnealStart(
         reached, budget_used_smoothly(cfg, episodes, finished_steps, env_steps)))
 
@@ -1104,8 +1140,15 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     render_mode = "human" if render else ("rgb_array" if record else None)
     if render_mode == "rgb_array":
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # frames only: no window, no display
-    env = make_env(env_id, cfg, render_mode=render_mode)
+    env = make_env(env_id, cfg)
     spec = env_spec(env, env_id)
+    if render_mode is not None:  # an env made with a mode it lacks only warns, then draws nothing
+        modes = env.metadata.get("render_modes", [])
+        env.close()
+        if render_mode not in modes:
+            raise UsageError(f"{env_id} cannot {'record' if record else 'render'}: it offers "
+                             f"render modes {modes}, not {render_mode}")
+        env = make_env(env_id, cfg, render_mode=render_mode)
     graph = tf.Graph()
     with graph.as_default():
         net = ACNet("global", spec, cfg)
@@ -1313,10 +1356,12 @@ def stop_like_ctrl_c(signum, frame):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if threading.current_thread() is threading.main_thread():
-        # `kill`, and a closed terminal or dropped ssh session, stop as cleanly as Ctrl-C
+        # `kill`, and a closed terminal or dropped ssh session, stop as cleanly as Ctrl-C; a
+        # signal the caller ignores (`nohup` ignores SIGHUP) stays ignored
         for name in ("SIGTERM", "SIGHUP"):
-            if hasattr(signal, name):
-                signal.signal(getattr(signal, name), stop_like_ctrl_c)
+            number = getattr(signal, name, None)
+            if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
+                signal.signal(number, stop_like_ctrl_c)
     try:
         if args.eval is not None:
             if args.episodes < 1:
@@ -1333,16 +1378,19 @@ def main(argv=None) -> int:
             cfg = config_from_args(args)
             summary = train(args.env, cfg, args.results_dir, show_plot=not args.no_plot)
     except UsageError as exc:
-        print(f"a3c.py: error: {exc}", file=sys.stderr)
+        tell(sys.stderr, f"a3c.py: error: {exc}")
         return 2
     except WorkerError as exc:
-        print(f"a3c.py: error: training stopped: {exc}", file=sys.stderr)
+        tell(sys.stderr, f"a3c.py: error: training stopped: {exc}")
+        return 1
+    except OSError as exc:  # the disk, not the input: a full disk, a folder that went away
+        tell(sys.stderr, f"a3c.py: error: {exc}")
         return 1
     except Interrupted as exc:  # a Ctrl-C that training could not turn into a clean stop
-        print(f"a3c.py: {exc}", file=sys.stderr)
+        tell(sys.stderr, f"a3c.py: {exc}")
         return 130
     except KeyboardInterrupt:
-        print("a3c.py: interrupted", file=sys.stderr)
+        tell(sys.stderr, "a3c.py: interrupted")
         return 130
     return 130 if summary["interrupted"] else 0
 

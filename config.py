@@ -42,7 +42,8 @@ class Config:
     Reaching it truncates the episode, and the n-step return bootstraps from V(s) there."""
     pin_threads: bool = True
     """Linux, 2+ CPUs, 3+ workers: the worker threads share the first CPU and TensorFlow runs
-    their ops in a pool of threads on the other CPUs. Only one thread runs Python at a time (the
+    their ops in a pool of threads on other CPUs (at most one per worker, and no more CPUs in all
+    than a cgroup CPU quota grants; a3c.py's cpu_layout says why). Only one thread runs Python at a time (the
     GIL); handing it to a worker waiting on the same CPU is cheap, while waking one on another
     CPU costs more than a session call. 8 workers x 8 Pendulum envs on 2 cores: ~1.6x the env
     steps/s. False (and 1-2 workers, or no affinity API): threads run anywhere and each session
@@ -73,14 +74,16 @@ class Config:
     """Divide both learning rates by sqrt(workers): more workers push more often, so each push
     should move less (a practitioners' rule of thumb)."""
     anneal_lr: bool = False
-    """Decrease both learning rates linearly to 0 over the run's budget, as the A3C paper did, by
-    env steps: a max_steps budget directly, a max_episodes budget converted into env steps with
-    the mean length of the episodes finished so far (whichever budget is nearer wins; the rate
-    never goes back up). With equally long episodes (Pendulum: 200 steps) that is a straight line
-    in env steps, where counting finished episodes made a staircase. On --resume the rate goes on
-    from where the run left it and falls to 0 at the end of the new budget, so raising the budget
-    never makes it jump back up; a run that had annealed to 0 learns nothing more unless resumed
-    with --set anneal_lr=false (the base rates again)."""
+    """Decrease both learning rates linearly to 0 over the run's budget, as the A3C paper did,
+    moving with every env step: a max_steps budget counts env steps, a max_episodes budget is
+    converted into env steps with the mean length of the episodes finished so far (whichever
+    budget is nearer wins; the rate never goes back up, and reaches 0 a little before the last
+    episodes end). With equally long episodes (Pendulum: 200 steps) that is a straight line in
+    env steps, where counting finished episodes made a staircase. On --resume the rate goes on
+    from where the run left it and falls to 0 at the end of the new budget, so raising the
+    budget never makes it jump back up; a run whose rate had reached 0 (it used its budget) is
+    refused, as it would learn nothing more: resume it with --set anneal_lr=false to train on at
+    the base rates."""
     rmsprop_decay: float = 0.99
     """RMSProp's moving-average decay (A3C paper: 0.99; TF's default 0.9)."""
     rmsprop_epsilon: float = 1e-5
@@ -140,9 +143,9 @@ class Config:
             raise ValueError("set max_episodes or max_steps, or the run never ends")
         if not 0.0 < self.gamma <= 1.0:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
-        if self.initial_sigma <= self.sigma_floor:
-            raise ValueError(f"initial_sigma must be > sigma_floor ({self.sigma_floor}), "
-                             f"got {self.initial_sigma}")
+        if not self.sigma_floor < self.initial_sigma <= 100:  # softplus^-1 overflows past ~700
+            raise ValueError(f"initial_sigma must be > sigma_floor ({self.sigma_floor}) and "
+                             f"<= 100, got {self.initial_sigma}")
         for name in ("actor_lr", "critic_lr", "clip_norm", "rmsprop_epsilon", "sigma_floor",
                      "reward_scale", "log_every_s", "checkpoint_every_s"):
             if not getattr(self, name) > 0:

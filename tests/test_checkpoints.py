@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+from dataclasses import replace as dataclasses_replace
 
 import a3c
 from envs import InterruptingEnv, RecordingEnv
@@ -275,15 +276,58 @@ def test_a_resumed_part_draws_new_seeds_for_its_envs_and_graph(tmp_path, capsys)
 def test_resume_continues_the_anneal_from_where_the_run_left_it(tmp_path, capsys):
     summary, _ = train("A3CTest/Countdown-v0", tmp_path, max_episodes=40, anneal_lr=True)
     run_dir = summary["run_dir"]
+    before = {name: open(os.path.join(run_dir, name)).read() for name in ("config.json", "episodes.csv")}
+    # its rate reached 0 with its budget: a larger budget would train nothing, so it is refused
+    refused(["--resume", run_dir, "--max-episodes", "80", "--no-plot"], capsys,
+            "annealed to 0.0% of their base", "--set anneal_lr=false")
+    assert before == {name: open(os.path.join(run_dir, name)).read() for name in before}
+
+    # as if the same run had been stopped half-way through a budget of 80 episodes
+    with open(os.path.join(run_dir, "config.json")) as f:
+        saved = json.load(f)
+    saved["config"]["max_episodes"] = 80
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(saved, f)
     rows = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
-    assert a3c.main(["--resume", run_dir, "--max-episodes", "80", "--no-plot"]) == 0
-    assert "learning rates at 0% of their base" in capsys.readouterr().out
+    steps = a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER)).rsplit("-", 1)[1]
+    steps = max(int(steps), int(rows["env_steps"][-1]))
+    saved_cfg = a3c.read_run(run_dir)[1]
+    used_of_80 = a3c.budget_used_smoothly(saved_cfg, 40, int(rows["length"].sum()), steps)
+    assert 0.4 < used_of_80 < 0.75 and saved_cfg.max_episodes == 80
+    assert a3c.main(["--resume", run_dir, "--max-episodes", "160", "--no-plot"]) == 0
+    assert f"learning rates at {1 - used_of_80:.0%} of their base" in capsys.readouterr().out
     with open(os.path.join(run_dir, "config.json")) as f:
         start = json.load(f)["resumed"][0]["anneal_start"]
-    assert start["lr_fraction"] == 0.0, "the first part annealed to 0: no jump back to ~0.5"
-    assert start["budget_used"] == pytest.approx(
-        a3c.budget_used_smoothly(a3c.read_run(run_dir)[1], 40, 400, rows["env_steps"][-1]),
-        rel=0.2)
+    assert start["lr_fraction"] == pytest.approx(1 - used_of_80), "not the ~0.75 of a new schedule"
+    assert start["budget_used"] == pytest.approx(used_of_80 / 2)
+
+
+def test_the_worker_trains_at_the_annealed_rate_the_log_gives(tmp_path):
+    from graphs import build_session
+
+    import config as config_module
+    cfg = dataclasses_replace(config_module.Config(), workers=1, envs_per_worker=2, n_steps=5,
+                              actor_hidden=(8,), critic_hidden=(8,), max_episodes=6, anneal_lr=True)
+    env_id = "A3CTest/Countdown-v0"
+    spec = a3c.env_spec(a3c.make_env(env_id, cfg), env_id)
+    moved = {}
+    for fraction in (0.0, 1.0):
+        sess, global_net, (net,) = build_session(spec, cfg)
+        worker = a3c.Worker(0, net, env_id, spec, cfg)
+        worker.prepare(sess, cfg.seed)
+        params = global_net.actor_params + global_net.critic_params
+        before = sess.run(params)
+        empty = {name: np.zeros(0) for name in a3c.EPISODE_COLUMNS}
+        history = a3c.RunHistory(empty, 0, a3c.AnnealStart(fraction, 0.0))
+        writer = a3c.v1.summary.FileWriter(str(tmp_path / str(fraction)))
+        log = a3c.EpisodeLog(str(tmp_path), cfg, writer, history)
+        worker.work(a3c.v1.train.Coordinator(), log)
+        moved[fraction] = any(not np.array_equal(b, a) for b, a in zip(before, sess.run(params)))
+        log.close()
+        writer.close()
+        sess.close()
+        worker.close()
+    assert moved == {0.0: False, 1.0: True}
 
 
 def test_ctrl_c_during_set_up_says_nothing_was_trained(tmp_path, capsys):
@@ -365,18 +409,18 @@ def test_a_failing_checkpoint_save_warns_and_training_goes_on(mend_at, tmp_path,
     import config as config_module
     cfg = dataclasses.replace(config_module.config_for("CartPole-v1"), workers=2, envs_per_worker=2,
                               actor_hidden=(16,), critic_hidden=(16,), max_episodes=None,
-                              max_steps=60_000, log_every_s=0.1, checkpoint_every_s=0.1)
+                              max_steps=20_000, log_every_s=0.1, checkpoint_every_s=0.1)
     console = BreakingConsole(break_at=2, mend_at=mend_at)
     summary = a3c.train("CartPole-v1", cfg, str(tmp_path), show_plot=False, out=console)
     err = capfd.readouterr().err
-    assert summary["env_steps"] >= 60_000 and not summary["interrupted"]
+    assert summary["env_steps"] >= 20_000 and not summary["interrupted"]
     assert "could not write a periodic checkpoint" in err
-    assert os.path.exists(summary["plot"]) and len(read_rows(summary["run_dir"])) > 50
+    assert os.path.exists(summary["plot"]) and len(read_rows(summary["run_dir"])) > 20
     if mend_at is None:
         assert "could not write the final checkpoint" in err
     else:
         latest = a3c.latest_checkpoint(os.path.join(summary["run_dir"], a3c.CHECKPOINT_FOLDER))
-        assert int(latest.rsplit("-", 1)[1]) >= 60_000
+        assert int(latest.rsplit("-", 1)[1]) >= 20_000
 
 
 class FailingConsole:
@@ -405,25 +449,65 @@ def test_a_failing_driver_stops_and_joins_every_worker_before_closing_anything(t
     assert os.path.exists(os.path.join(run_dir, "rewards.png"))
 
 
-def test_a_run_piped_into_head_trains_to_its_end(tmp_path):
+def start_training_process(tmp_path, max_steps, **popen):
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    process = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, os.path.join(root, "a3c.py"), "--env", "CartPole-v1", "--workers", "2",
-         "--max-steps", "40000", "--no-plot", "--results-dir", str(tmp_path),
-         "--set", "log_every_s=0.05"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    process.stdout.readline()  # what `| head -1` reads before it exits
-    process.stdout.close()
-    err = process.stderr.read()
-    assert process.wait(timeout=120) == 0, err
-    assert "Traceback" not in err and "Exception ignored" not in err
-    assert "the console went away; training goes on" in err
+         "--max-steps", str(max_steps), "--no-plot", "--results-dir", str(tmp_path),
+         "--set", "log_every_s=0.05"], stdout=subprocess.PIPE, text=True, **popen)
+
+
+def assert_trained_to(tmp_path, steps):
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
     latest = a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
-    assert int(latest.rsplit("-", 1)[1]) >= 40_000
+    assert int(latest.rsplit("-", 1)[1]) >= steps
+    assert os.path.exists(os.path.join(run_dir, "rewards.png"))
+
+
+@pytest.mark.parametrize("stderr_too", [False, True], ids=["stdout", "stdout-and-stderr"])
+def test_a_run_piped_into_head_trains_to_its_end(stderr_too, tmp_path):
+    import subprocess
+
+    process = start_training_process(
+        tmp_path, 20_000, stderr=subprocess.STDOUT if stderr_too else subprocess.PIPE)
+    process.stdout.readline()  # what `| head -1` reads before it exits
+    process.stdout.close()
+    err = "" if stderr_too else process.stderr.read()
+    assert process.wait(timeout=120) == 0, err
+    if not stderr_too:
+        assert "Traceback" not in err and "Exception ignored" not in err
+        assert "the console went away; training goes on" in err
+    assert_trained_to(tmp_path, 20_000)
+
+
+def test_a_run_started_with_sighup_ignored_keeps_training_after_a_hangup(tmp_path):
+    import signal
+    import subprocess
+
+    process = start_training_process(
+        tmp_path, 20_000, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # what nohup does
+    process.stdout.readline()
+    process.send_signal(signal.SIGHUP)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert out.splitlines()[-2].startswith("done:")
+    assert_trained_to(tmp_path, 20_000)
+
+
+def test_resume_refuses_a_folder_without_its_csv(trained_run, tmp_path, capsys):
+    run = copy_run(trained_run, tmp_path / "run")
+    os.remove(os.path.join(run, "episodes.csv"))
+    refused(["--resume", str(run), "--max-steps", "99999999", "--no-plot"], capsys,
+            "cannot read", "episodes.csv")
+
+
+def test_eval_refuses_to_record_an_env_that_draws_no_frames(tmp_path, capsys):
+    summary, _ = train("A3CTest/Countdown-v0", tmp_path, max_episodes=4)
+    refused(["--eval", summary["run_dir"], "--record"], capsys, "cannot record", "rgb_array")
 
 
 def test_a_checkpoint_written_before_rmsprop_slots_were_saved_still_resumes(trained_run, tmp_path,
