@@ -414,7 +414,8 @@ class EpisodeLog:
         self.anneal_start = AnnealStart()
         self.lr_fraction_now = 1.0
         self.recent_returns = deque(maxlen=RUNNING_WINDOW)
-        self.best_running = -math.inf
+        self.best_running = -math.inf  # the best mean-100 over a full window, and its episode
+        self.best_episode = 0
         self.summary_writer = summary_writer
         path = os.path.join(run_dir, "episodes.csv")
         if history is None:
@@ -430,7 +431,9 @@ class EpisodeLog:
         self.wall_before = float(rows["wall_s"][-1]) if self.episodes else 0.0
         self.recent_returns.extend(rows["return"][-RUNNING_WINDOW:])
         if self.episodes >= RUNNING_WINDOW:
-            self.best_running = float(np.max(rows["running_return"][RUNNING_WINDOW - 1:]))
+            best = int(np.argmax(rows["running_return"][RUNNING_WINDOW - 1:])) + RUNNING_WINDOW - 1
+            self.best_running = float(rows["running_return"][best])
+            self.best_episode = int(rows["episode"][best])
         self.csv_file = open(path, "a", newline="")
         self.csv = csv.writer(self.csv_file)
 
@@ -464,7 +467,8 @@ class EpisodeLog:
             self.recent_returns.append(episode_return)
             running = float(np.mean(self.recent_returns))
             if len(self.recent_returns) == RUNNING_WINDOW:
-                self.best_running = max(self.best_running, running)
+                if running > self.best_running:
+                    self.best_running, self.best_episode = running, self.episodes
             wall = self.wall()
             self.csv.writerow([worker, self.episodes, self.env_steps, f"{wall:.3f}",
                                f"{episode_return:.6g}", length, f"{running:.6g}",
@@ -487,7 +491,12 @@ class EpisodeLog:
                         cpu_utilisation=(cpu_seconds() - self.start_cpu) / max(session, 1e-9)
                         / self.cpu_capacity,
                         running=float(np.mean(self.recent_returns)) if self.recent_returns else math.nan,
-                        best_running=self.best_running)
+                        best_running=self.best_running, best_episode=self.best_episode)
+
+    def best(self) -> tuple[float, int]:
+        """(the best mean-100 so far, the episode it was reached at)."""
+        with self.lock:
+            return self.best_running, self.best_episode
 
     def close(self) -> None:
         self.csv_file.close()
@@ -895,6 +904,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         for worker in workers:
             worker.prepare(sess, seed)
         log = EpisodeLog(run_dir, cfg, summary_writer, history)  # the clock starts with the workers
+        checkpoints.best_saved = log.best_running  # a resumed run's best is on disk already
     except BaseException as exc:
         if sess is not None:
             sess.close()
@@ -948,6 +958,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         stuck = [thread.name for thread in threads if thread.is_alive()]
         final = log.progress()  # the workers have stopped: the clock stops too
         attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps)
+        attempt("write the best checkpoint", checkpoints.keep_best, sess, log)
         if stuck:  # closing what a running thread uses could crash the process or lose its rows
             warn(f"{', '.join(stuck)} did not stop within 30 s; the CSV, the session and the "
                  f"environments are left open for them")
@@ -966,7 +977,13 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
 
     final.update(run_dir=run_dir, plot=plot_path, interrupted=interrupted)
     how = "interrupted" if interrupted else ("stopped by an error" if error else "done")
-    console.say(f"{how}: {progress_line(final)}\nresults in {run_dir}")
+    if checkpoints.best_saved > -math.inf:
+        final.update(best_checkpoint=checkpoints.best_folder)
+        best = (f"best mean-100 {final['best_running']:.1f} at episode {final['best_episode']:,}; "
+                f"its checkpoint (what --eval plays) is in {checkpoints.best_folder}")
+    else:
+        best = f"no best checkpoint: fewer than {RUNNING_WINDOW} episodes, so no full mean-100"
+    console.say(f"{how}: {progress_line(final)}\n{best}\nresults in {run_dir}")
     if error is not None:
         raise error
     return final
@@ -974,13 +991,16 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
 
 def supervise(coord, log: EpisodeLog, checkpoints: "Checkpoints", sess, cfg: Config,
               console: Console) -> None:
-    """Until the workers stop: a progress line every log_every_s seconds and a checkpoint every
-    checkpoint_every_s. A periodic checkpoint that fails (disk full, folder moved) is reported
-    and tried again at the next one; it does not end a long run."""
+    """Until the workers stop: a progress line every log_every_s seconds, a checkpoint every
+    checkpoint_every_s, and the best checkpoint within a tenth of a second of the best mean-100
+    improving (at most every best_checkpoint_every_s). A checkpoint that fails (disk full,
+    folder moved) is reported and tried again at the next one; it does not end a long run."""
     next_line = next_save = time.time()
     next_line += cfg.log_every_s
     next_save += cfg.checkpoint_every_s
-    while not coord.wait_for_stop(min(max(min(next_line, next_save) - time.time(), 0.0), 60.0)):
+    while not coord.wait_for_stop(min(max(min(next_line, next_save) - time.time(), 0.0), 0.1)):
+        attempt("write the best checkpoint", checkpoints.keep_best, sess, log,
+                cfg.best_checkpoint_every_s)
         now = time.time()
         if now >= next_line:
             console.say(progress_line(log.progress()))
@@ -1023,6 +1043,8 @@ def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
 
 
 CHECKPOINT_FOLDER = "checkpoints"
+BEST_FOLDER = "best"      # checkpoints/best/: the global net of the best mean-100 so far
+BEST_INFO = "best.json"   # beside it: that mean-100, its episode and env step count
 ENV_ID_VARIABLE = "run/env_id"
 
 
@@ -1044,10 +1066,35 @@ class Checkpoints:
         self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints,
                                     save_relative_paths=True)
         self.shared = shared
+        self.best_folder = os.path.join(self.folder, BEST_FOLDER)
+        self.best_saver = v1.train.Saver(var_list=shared, max_to_keep=1, save_relative_paths=True)
+        self.best_saved = -math.inf  # the mean-100 of the best checkpoint on disk
+        self.best_saved_at = -math.inf
 
     def save(self, sess, env_steps: int) -> None:
         sess.run(self.set_steps, {self.steps_in: env_steps})
         self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps)
+
+    def keep_best(self, sess, log: "EpisodeLog", min_interval_s: float = 0.0) -> bool:
+        """Save the global net as the best checkpoint when the best mean-100 has improved since
+        the last one was saved, at most once every min_interval_s seconds; True if it did.
+
+        The mean-100 is that of the last 100 episodes, played by the policies of the last few
+        seconds; the net saved is the one of the moment the improvement is seen (a tenth of a
+        second later at most, or min_interval_s during a rise), which is as near to them as a
+        checkpoint can be."""
+        running, episode = log.best()
+        now = time.time()
+        if not running > self.best_saved or now - self.best_saved_at < min_interval_s:
+            return False
+        env_steps = log.env_steps
+        os.makedirs(self.best_folder, exist_ok=True)  # the Saver makes no folders of its own
+        sess.run(self.set_steps, {self.steps_in: env_steps})
+        self.best_saver.save(sess, os.path.join(self.best_folder, "model"), global_step=env_steps)
+        write_atomically(os.path.join(self.best_folder, BEST_INFO), json.dumps(
+            {"mean_100": running, "episode": episode, "env_steps": env_steps}))
+        self.best_saved, self.best_saved_at = running, now
+        return True
 
     def restore(self, sess) -> int:
         """Restore the latest checkpoint; returns its env step count."""
@@ -1125,9 +1172,33 @@ def read_run(run_dir: str) -> tuple[str, Config]:
                          f"a3c.py wrote, e.g. results/Pendulum-v1/<run>") from None
 
 
+def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
+    """(checkpoint path, what it is in words) for --checkpoint best, latest or a path."""
+    folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
+    if which == "latest":
+        return latest_checkpoint(folder), "the latest checkpoint"
+    if which == "best":
+        try:
+            path = latest_checkpoint(os.path.join(folder, BEST_FOLDER))
+        except UsageError:  # a short run, or one written before best checkpoints
+            return latest_checkpoint(folder), "the latest checkpoint (the run has no best one)"
+        try:
+            with open(os.path.join(folder, BEST_FOLDER, BEST_INFO)) as f:
+                info = json.load(f)
+            return path, (f"the best checkpoint (mean-100 {info['mean_100']:.1f} at episode "
+                          f"{info['episode']:,})")
+        except (OSError, ValueError, KeyError, TypeError):
+            return path, "the best checkpoint"
+    if not os.path.exists(which + ".index"):
+        raise UsageError(f"--checkpoint {which}: no such checkpoint; give best, latest or a "
+                         f"checkpoint's path without its suffix, e.g. {folder}/model-12000")
+    return which, which
+
+
 def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: bool = False,
-             out=None) -> dict:
-    """Run the deterministic policy (mean action / argmax) of a run's latest checkpoint."""
+             out=None, checkpoint: str = "best") -> dict:
+    """Run the deterministic policy (mean action / argmax) of a run's best checkpoint, or of
+    the one that `checkpoint` names (latest, or a path)."""
     out = out or sys.stdout
     if render and record:  # a window's render mode gives no frames, a recording's no window
         raise UsageError("--render and --record do not go together: --render shows the "
@@ -1136,7 +1207,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         raise UsageError("--render needs a display and none is set (DISPLAY or WAYLAND_DISPLAY); "
                          "use --record to write episode.gif instead")
     env_id, cfg = read_run(run_dir)
-    checkpoint = latest_checkpoint(os.path.join(run_dir, CHECKPOINT_FOLDER))
+    checkpoint, played = pick_checkpoint(run_dir, checkpoint)
     render_mode = "human" if render else ("rgb_array" if record else None)
     if render_mode == "rgb_array":
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # frames only: no window, no display
@@ -1172,8 +1243,8 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
                   mean=float(np.mean(returns)), std=float(np.std(returns)))
     if record and frames:
         result["animation"] = save_animation(frames, os.path.join(run_dir, "episode.gif"))
-    print(f"{env_id}: deterministic policy of {checkpoint}: return {result['mean']:.1f} "
-          f"± {result['std']:.1f} over {episodes} episodes"
+    print(f"{env_id}: deterministic policy of {played}, {checkpoint}: return "
+          f"{result['mean']:.1f} ± {result['std']:.1f} over {episodes} episodes"
           + (f"; animation in {result['animation']}" if "animation" in result else ""),
           file=out, flush=True)
     return result
@@ -1287,6 +1358,8 @@ def parse_args(argv):
     parser.add_argument("--eval", metavar="RUN_DIR", help="don't train: run the deterministic "
                         "policy of RUN_DIR's latest checkpoint and print its mean return")
     parser.add_argument("--episodes", type=int, default=10, help="episodes for --eval (default 10)")
+    parser.add_argument("--checkpoint", help="--eval: best (the default: the best mean-100's), "
+                        "latest, or a checkpoint's path")
     parser.add_argument("--render", action="store_true", help="--eval: show the environment's window")
     parser.add_argument("--record", action="store_true", help="--eval: write the first episode "
                         "as episode.gif into RUN_DIR")
@@ -1296,7 +1369,7 @@ def parse_args(argv):
 
 
 RESUMABLE_FIELDS = ("max_episodes", "max_steps", "log_every_s", "checkpoint_every_s",
-                    "keep_checkpoints", "pin_threads", "anneal_lr")
+                    "best_checkpoint_every_s", "keep_checkpoints", "pin_threads", "anneal_lr")
 FLAG_FIELDS = ("workers", "max_episodes", "max_steps", "seed")  # --max-steps N is --set max_steps=N
 
 
@@ -1367,10 +1440,14 @@ def main(argv=None) -> int:
             if args.episodes < 1:
                 raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
             try:
-                evaluate(args.eval, args.episodes, args.render, args.record)
+                evaluate(args.eval, args.episodes, args.render, args.record,
+                         checkpoint=args.checkpoint or "best")
             except KeyboardInterrupt:
                 raise Interrupted("interrupted: evaluation stopped; nothing was written") from None
             return 0
+        if args.checkpoint is not None:
+            raise UsageError("--checkpoint picks what --eval plays; --resume always continues "
+                             "from the latest checkpoint")
         if args.resume is not None:
             env_id, cfg = resume_config(args)
             summary = train(env_id, cfg, show_plot=not args.no_plot, resume_dir=args.resume)

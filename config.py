@@ -122,6 +122,11 @@ class Config:
     written at the end of the run)."""
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep in the run folder's checkpoints/."""
+    best_checkpoint_every_s: float = 1.0
+    """checkpoints/best/ holds the global net of the best mean-100 return so far, saved within a
+    tenth of a second of it improving, but at most once per this many seconds while it keeps
+    improving (a save takes a few ms; as Stable-Baselines3's EvalCallback keeps best_model).
+    --eval plays it unless told otherwise; --resume continues from the latest."""
 
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
@@ -150,6 +155,8 @@ class Config:
                      "reward_scale", "log_every_s", "checkpoint_every_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.best_checkpoint_every_s < 0:
+            raise ValueError(f"best_checkpoint_every_s must be >= 0, got {self.best_checkpoint_every_s}")
         if self.entropy_beta < 0:
             raise ValueError(f"entropy_beta must be >= 0, got {self.entropy_beta}")
         if not 0.0 <= self.rmsprop_decay < 1.0:

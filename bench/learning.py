@@ -1,12 +1,14 @@
 """Learning benchmark: several seeds per environment with the default presets.
 
-    python bench/learning.py                          # Pendulum, CartPole, Acrobot; seeds 1 2 3
+    python bench/learning.py                          # Pendulum, CartPole, Acrobot; seeds 1-9
     python bench/learning.py --envs Pendulum-v1 --seeds 11 12 13 --set n_steps=10 --no-save
     python bench/learning.py --envs Pendulum-v1 --versus envs_per_worker=1 --tag _vs_envs1
 
 For each run it reports when the mean of the last 100 raw episode returns first reached the
-target (episode, env steps, wall seconds), the final and best mean-100 and the throughput; then
-the median over seeds. Writes results/learning.md and results/learning_<env>.png (mean and
+target (episode, env steps, wall seconds), the final and best mean-100, the mean return of the
+deterministic policy of the run's best checkpoint over 20 episodes (what `a3c.py --eval RUN`
+plays) and the throughput; then the median over seeds, and on how many seeds each column is at
+or above the target. Writes results/learning.md and results/learning_<env>.png (mean and
 min..max band of the mean-100 curve over seeds), unless --no-save. Runs one training at a time:
 on a 2-core machine two benchmarks side by side measure each other. With --versus, every seed
 also runs with those overrides right next to the plain run (which of the two goes first
@@ -44,15 +46,20 @@ def run_one(env_id: str, seed: int, overrides: dict, workdir: str) -> dict:
     cfg = dataclasses.replace(cfg, **overrides)  # --set max_episodes=... may extend the budget
     summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
     rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+    evaluation = a3c.evaluate(summary["run_dir"], episodes=EVAL_EPISODES, out=io.StringIO())
     hit = first_reach(rows, target)
     return dict(env=env_id, seed=seed, budget=cfg.max_episodes, rows=rows,
                 steps_per_s=summary["steps_per_s"],
                 wall_s=summary["wall_s"], env_steps=summary["env_steps"],
                 final=float(rows["running_return"][-1]),
                 best=float(np.max(rows["running_return"][a3c.RUNNING_WINDOW - 1:], initial=-np.inf)),
+                eval_best=evaluation["mean"],
                 hit_episode=None if hit is None else int(rows["episode"][hit]),
                 hit_steps=None if hit is None else int(rows["env_steps"][hit]),
                 hit_wall=None if hit is None else float(rows["wall_s"][hit]))
+
+
+EVAL_EPISODES = 20
 
 
 def fmt(value, spec="{:,.0f}"):
@@ -68,8 +75,9 @@ def median_or_never(values):
 
 def table(results: list[dict]) -> str:
     lines = ["| env | seed | target (mean-100) | reached at episode | env steps | wall s | "
-             "final mean-100 | best mean-100 | env steps/s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"final mean-100 | best mean-100 | eval of the best checkpoint ({EVAL_EPISODES} ep) | "
+             "env steps/s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for env_id in dict.fromkeys(r["env"] for r in results):
         runs = [r for r in results if r["env"] == env_id]
         target = TARGETS.get(env_id, (np.inf, 0))[0]
@@ -77,14 +85,22 @@ def table(results: list[dict]) -> str:
             lines.append(f"| {env_id} | {r['seed']} | {target:g} in {r['budget']} ep | "
                          f"{fmt(r['hit_episode'])} | {fmt(r['hit_steps'])} | "
                          f"{fmt(r['hit_wall'], '{:.1f}')} | {r['final']:.1f} | {r['best']:.1f} | "
-                         f"{r['steps_per_s']:,.0f} |")
+                         f"{r['eval_best']:.1f} | {r['steps_per_s']:,.0f} |")
         lines.append(f"| **{env_id}** | **median** | | "
                      f"**{fmt(median_or_never([r['hit_episode'] for r in runs]))}** | "
                      f"**{fmt(median_or_never([r['hit_steps'] for r in runs]))}** | "
                      f"**{fmt(median_or_never([r['hit_wall'] for r in runs]), '{:.1f}')}** | "
                      f"{np.median([r['final'] for r in runs]):.1f} | "
                      f"{np.median([r['best'] for r in runs]):.1f} | "
+                     f"{np.median([r['eval_best'] for r in runs]):.1f} | "
                      f"{np.median([r['steps_per_s'] for r in runs]):,.0f} |")
+
+        def at_target(key):
+            return f"{sum(r[key] is not None and r[key] >= target for r in runs)} of {len(runs)}"
+        lines.append(f"| **{env_id}** | **seeds at/above target** | | "
+                     f"**{sum(r['hit_episode'] is not None for r in runs)} of {len(runs)}** | | | "
+                     f"**{at_target('final')}** | {at_target('best')} | "
+                     f"**{at_target('eval_best')}** | |")
     return "\n".join(lines)
 
 
@@ -148,7 +164,7 @@ def plot(results: list[dict], env_id: str, path: str, settings: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=list(TARGETS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(range(1, 10)))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field for every run (tuning)")
     parser.add_argument("--versus", action="append", default=[], metavar="KEY=VALUE",
@@ -174,7 +190,8 @@ def main(argv=None) -> int:
                     results[side].append(r)
                     print(f"{env_id} seed {seed}" + (f" ({side})" if args.versus else "") +
                           f": reached at episode {fmt(r['hit_episode'])}, final mean-100 "
-                          f"{r['final']:.1f}, {r['steps_per_s']:,.0f} steps/s, "
+                          f"{r['final']:.1f}, eval of the best {r['eval_best']:.1f}, "
+                          f"{r['steps_per_s']:,.0f} steps/s, "
                           f"{r['wall_s']:.0f} s", flush=True)
     text = table(results["plain"])
     if args.versus:

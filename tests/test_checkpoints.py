@@ -15,12 +15,28 @@ from test_training import read_rows, refused, run_cli, train
 
 
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """A short CartPole run that checkpoints every 0.2 s and keeps the newest 2."""
-    summary, _ = train("CartPole-v1", tmp_path_factory.mktemp("runs"), max_episodes=None,
-                       max_steps=12_000, checkpoint_every_s=0.2, keep_checkpoints=2,
-                       log_every_s=0.2)
-    return summary["run_dir"]
+def trained_run_and_console(tmp_path_factory):
+    """A short CartPole run (~500 episodes) that checkpoints every 0.2 s and keeps the newest 2."""
+    summary, console = train("CartPole-v1", tmp_path_factory.mktemp("runs"), max_episodes=None,
+                             max_steps=12_000, checkpoint_every_s=0.2, keep_checkpoints=2,
+                             log_every_s=0.2)
+    return summary, console
+
+
+@pytest.fixture(scope="module")
+def trained_run(trained_run_and_console):
+    return trained_run_and_console[0]["run_dir"]
+
+
+def test_the_summary_names_the_best_mean_100_and_its_checkpoint(trained_run_and_console):
+    summary, console = trained_run_and_console
+    rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+    best = int(np.argmax(rows["running_return"][99:])) + 99
+    lines = console.splitlines()
+    assert lines[-2] == (f"best mean-100 {rows['running_return'][best]:.1f} at episode "
+                         f"{int(rows['episode'][best]):,}; its checkpoint (what --eval plays) is "
+                         f"in {summary['best_checkpoint']}")
+    assert summary["best_checkpoint"] == os.path.join(summary["run_dir"], "checkpoints", "best")
 
 
 def test_a_run_keeps_its_newest_checkpoints(trained_run):
@@ -122,7 +138,7 @@ def test_a_moved_run_folder_can_still_be_evaluated_and_resumed(tmp_path, capsys)
 
 def test_eval_refuses_a_corrupt_checkpoint(trained_run, tmp_path, capsys):
     run = copy_run(trained_run, tmp_path / "run")
-    for data in glob.glob(os.path.join(run, a3c.CHECKPOINT_FOLDER, "*.data-*")):
+    for data in glob.glob(os.path.join(run, a3c.CHECKPOINT_FOLDER, "**", "*.data-*"), recursive=True):
         with open(data, "wb") as f:
             f.write(b"not a checkpoint")
     refused(["--eval", str(run)], capsys, "cannot restore")
@@ -252,6 +268,9 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
     before = len(read_rows(run_dir)) - 1
     assert before > 0
+
+    assert before > 100 and a3c.main(["--eval", run_dir, "--episodes", "1"]) == 0
+    assert "the best checkpoint (mean-100" in capsys.readouterr().out, "readable after kill -9"
 
     assert a3c.main(["--resume", run_dir, "--max-episodes", str(before + 30), "--no-plot"]) == 0
     rows = read_rows(run_dir)[1:]
@@ -494,7 +513,7 @@ def test_a_run_started_with_sighup_ignored_keeps_training_after_a_hangup(tmp_pat
     process.send_signal(signal.SIGHUP)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
-    assert out.splitlines()[-2].startswith("done:")
+    assert out.splitlines()[-3].startswith("done:")
     assert_trained_to(tmp_path, 20_000)
 
 
@@ -522,9 +541,89 @@ def test_a_checkpoint_written_before_rmsprop_slots_were_saved_still_resumes(trai
         with a3c.v1.Session() as sess:
             sess.run(a3c.v1.global_variables_initializer())
             for old in glob.glob(os.path.join(folder, "*")):
-                os.remove(old)
+                if os.path.isfile(old):
+                    os.remove(old)
             a3c.v1.train.Saver(kept).save(sess, os.path.join(folder, "model"), global_step=steps)
     assert a3c.main(["--resume", str(run), "--max-steps", str(steps + 2000), "--no-plot"]) == 0
     assert "holds no RMSProp averages" in capfd.readouterr().err
     resumed = a3c.latest_checkpoint(folder)
     assert any("RMSProp" in name for name, _ in a3c.v1.train.list_variables(resumed))
+
+
+def test_the_best_checkpoint_is_written_when_the_mean_100_improves_and_only_then(tmp_path):
+    import config as config_module
+
+    cfg = config_module.Config(workers=1, actor_hidden=(4,), critic_hidden=(4,), max_episodes=None,
+                               max_steps=10**9)
+    spec = a3c.EnvSpec("test", 4, True, 2, None, None)
+    graph = a3c.tf.Graph()
+    with graph.as_default():
+        global_net, _ = a3c.build_graph(spec, cfg)
+        checkpoints = a3c.Checkpoints(str(tmp_path), cfg, "test")
+        init = a3c.v1.global_variables_initializer()
+    sess = a3c.v1.Session(graph=graph)
+    sess.run(init)
+    writer = a3c.v1.summary.FileWriter(str(tmp_path / "events"))
+    log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
+    weight = global_net.actor_params[0]
+
+    def best_on_disk():
+        path = a3c.latest_checkpoint(checkpoints.best_folder)
+        with open(os.path.join(checkpoints.best_folder, a3c.BEST_INFO)) as f:
+            info = json.load(f)
+        return info["mean_100"], info["episode"], a3c.v1.train.load_variable(path, weight.op.name)
+
+    def play(returns):
+        for episode_return in returns:
+            log.add_steps(10)
+            log.record(0, episode_return, 10, 0.0, 0.0)
+
+    play([1.0] * 99)
+    assert not checkpoints.keep_best(sess, log), "no full mean-100 yet"
+    play([1.0])
+    assert checkpoints.keep_best(sess, log)
+    assert best_on_disk()[:2] == (1.0, 100)
+    first_weights = sess.run(weight)
+    np.testing.assert_array_equal(best_on_disk()[2], first_weights)
+
+    weight.load(first_weights + 1.0, sess)  # the net moves on ...
+    play([0.0] * 5)  # ... while the mean-100 falls
+    assert not checkpoints.keep_best(sess, log)
+    assert not checkpoints.keep_best(sess, log, min_interval_s=0.0)
+    np.testing.assert_array_equal(best_on_disk()[2], first_weights)
+
+    play([50.0])  # a new best: saved, unless one was saved less than min_interval_s ago
+    assert not checkpoints.keep_best(sess, log, min_interval_s=3600)
+    assert checkpoints.keep_best(sess, log, min_interval_s=0.0)
+    mean_100, episode, weights = best_on_disk()
+    assert mean_100 == pytest.approx((94 * 1.0 + 5 * 0.0 + 50.0) / 100) and episode == 106
+    np.testing.assert_array_equal(weights, first_weights + 1.0)
+    assert len(glob.glob(os.path.join(checkpoints.best_folder, "model-*.index"))) == 1
+    log.close()
+    writer.close()
+    sess.close()
+
+
+def test_eval_plays_the_best_checkpoint_unless_told_otherwise(trained_run, capsys):
+    best_folder = os.path.join(trained_run, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER)
+    with open(os.path.join(best_folder, a3c.BEST_INFO)) as f:
+        info = json.load(f)
+    assert a3c.main(["--eval", trained_run, "--episodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"the best checkpoint (mean-100 {info['mean_100']:.1f} at episode" in out
+    assert a3c.latest_checkpoint(best_folder) in out
+    assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", "latest"]) == 0
+    out = capsys.readouterr().out
+    latest = a3c.latest_checkpoint(os.path.join(trained_run, a3c.CHECKPOINT_FOLDER))
+    assert "the latest checkpoint" in out and latest in out
+    assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", latest]) == 0
+    assert latest in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--eval", "{run}", "--checkpoint", "{run}/nothing-here"], ["no such checkpoint"]),
+    (["--resume", "{run}", "--checkpoint", "latest", "--max-steps", "99999999"],
+     ["--checkpoint picks what --eval plays"]),
+])
+def test_checkpoint_choices_that_do_not_fit_are_refused(argv, words, trained_run, capsys):
+    refused([arg.format(run=trained_run) for arg in argv] + ["--no-plot"], capsys, *words)
