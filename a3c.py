@@ -361,11 +361,15 @@ def budget_used(cfg: Config, episodes: int, env_steps: int) -> float:
                env_steps / cfg.max_steps if cfg.max_steps else 0.0)
 
 
-def budget_used_smoothly(cfg: Config, episodes: int, finished_steps: int, env_steps: int) -> float:
-    """The fraction of the budget used, counted in env steps so that it grows with every step:
-    an episode budget is converted into env steps with the mean length of the episodes finished
-    so far (finished_steps / episodes). Counting finished episodes instead moves in jumps when
-    all envs' episodes end together (Pendulum's 64 envs, every 200 steps)."""
+def anneal_used(cfg: Config, episodes: int, finished_steps: int, env_steps: int) -> float:
+    """How far the learning-rate anneal has gone, 0 to 1 (and past it): env steps over
+    anneal_steps when that is set, otherwise the fraction of the budget used, counted in env steps
+    so that it grows with every step: an episode budget is converted into env steps with the mean
+    length of the episodes finished so far (finished_steps / episodes). Counting finished
+    episodes instead moves in jumps when all envs' episodes end together (Pendulum's 64 envs,
+    every 200 steps)."""
+    if cfg.anneal_steps:
+        return env_steps / cfg.anneal_steps
     used = env_steps / cfg.max_steps if cfg.max_steps else 0.0
     if cfg.max_episodes and episodes:
         used = max(used, env_steps * episodes / (cfg.max_episodes * finished_steps))
@@ -414,8 +418,9 @@ class EpisodeLog:
         self.anneal_start = AnnealStart()
         self.lr_fraction_now = 1.0
         self.recent_returns = deque(maxlen=RUNNING_WINDOW)
-        self.best_running = -math.inf  # the best mean-100 over a full window, and its episode
-        self.best_episode = 0
+        self.best_running = -math.inf  # the best mean-100 over a full window, its episode and
+        self.best_episode = 0           # the env step count when that episode ended
+        self.best_env_steps = 0
         self.summary_writer = summary_writer
         path = os.path.join(run_dir, "episodes.csv")
         if history is None:
@@ -434,6 +439,7 @@ class EpisodeLog:
             best = int(np.argmax(rows["running_return"][RUNNING_WINDOW - 1:])) + RUNNING_WINDOW - 1
             self.best_running = float(rows["running_return"][best])
             self.best_episode = int(rows["episode"][best])
+            self.best_env_steps = int(rows["env_steps"][best])
         self.csv_file = open(path, "a", newline="")
         self.csv = csv.writer(self.csv_file)
 
@@ -453,7 +459,7 @@ class EpisodeLog:
         if not self.cfg.anneal_lr:
             return 1.0
         with self.lock:
-            used = budget_used_smoothly(self.cfg, self.episodes, self.finished_steps, self.env_steps)
+            used = anneal_used(self.cfg, self.episodes, self.finished_steps, self.env_steps)
             self.lr_fraction_now = min(self.lr_fraction_now, annealed_fraction(used, self.anneal_start))
             return self.lr_fraction_now
 
@@ -469,6 +475,7 @@ class EpisodeLog:
             if len(self.recent_returns) == RUNNING_WINDOW:
                 if running > self.best_running:
                     self.best_running, self.best_episode = running, self.episodes
+                    self.best_env_steps = self.env_steps
             wall = self.wall()
             self.csv.writerow([worker, self.episodes, self.env_steps, f"{wall:.3f}",
                                f"{episode_return:.6g}", length, f"{running:.6g}",
@@ -493,10 +500,10 @@ class EpisodeLog:
                         running=float(np.mean(self.recent_returns)) if self.recent_returns else math.nan,
                         best_running=self.best_running, best_episode=self.best_episode)
 
-    def best(self) -> tuple[float, int]:
-        """(the best mean-100 so far, the episode it was reached at)."""
+    def best(self) -> tuple[float, int, int]:
+        """(the best mean-100 so far, the episode it was reached at, the env steps then)."""
         with self.lock:
-            return self.best_running, self.best_episode
+            return self.best_running, self.best_episode, self.best_env_steps
 
     def close(self) -> None:
         self.csv_file.close()
@@ -904,7 +911,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         for worker in workers:
             worker.prepare(sess, seed)
         log = EpisodeLog(run_dir, cfg, summary_writer, history)  # the clock starts with the workers
-        checkpoints.best_saved = log.best_running  # a resumed run's best is on disk already
+        # a resumed run's best to beat: its CSV's, or the one on disk if that is higher
+        checkpoints.best.best_seen = max(checkpoints.best.best_seen, log.best_running)
     except BaseException as exc:
         if sess is not None:
             sess.close()
@@ -958,7 +966,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         stuck = [thread.name for thread in threads if thread.is_alive()]
         final = log.progress()  # the workers have stopped: the clock stops too
         attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps)
-        attempt("write the best checkpoint", checkpoints.keep_best, sess, log)
+        attempt("snapshot the best net", checkpoints.best.note, sess, log)
+        attempt("write the best checkpoint", checkpoints.best.write, sess)
         if stuck:  # closing what a running thread uses could crash the process or lose its rows
             warn(f"{', '.join(stuck)} did not stop within 30 s; the CSV, the session and the "
                  f"environments are left open for them")
@@ -977,13 +986,10 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
 
     final.update(run_dir=run_dir, plot=plot_path, interrupted=interrupted)
     how = "interrupted" if interrupted else ("stopped by an error" if error else "done")
-    if checkpoints.best_saved > -math.inf:
-        final.update(best_checkpoint=checkpoints.best_folder)
-        best = (f"best mean-100 {final['best_running']:.1f} at episode {final['best_episode']:,}; "
-                f"its checkpoint (what --eval plays) is in {checkpoints.best_folder}")
-    else:
-        best = f"no best checkpoint: fewer than {RUNNING_WINDOW} episodes, so no full mean-100"
-    console.say(f"{how}: {progress_line(final)}\n{best}\nresults in {run_dir}")
+    if checkpoints.best.on_disk is not None:
+        final.update(best_checkpoint=checkpoints.best.folder)
+    console.say(f"{how}: {progress_line(final)}\n{checkpoints.best.describe(log)}\n"
+                f"results in {run_dir}")
     if error is not None:
         raise error
     return final
@@ -999,7 +1005,8 @@ def supervise(coord, log: EpisodeLog, checkpoints: "Checkpoints", sess, cfg: Con
     next_line += cfg.log_every_s
     next_save += cfg.checkpoint_every_s
     while not coord.wait_for_stop(min(max(min(next_line, next_save) - time.time(), 0.0), 0.1)):
-        attempt("write the best checkpoint", checkpoints.keep_best, sess, log,
+        attempt("snapshot the best net", checkpoints.best.note, sess, log)
+        attempt("write the best checkpoint", checkpoints.best.write, sess,
                 cfg.best_checkpoint_every_s)
         now = time.time()
         if now >= next_line:
@@ -1032,14 +1039,14 @@ def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
     if before.anneal_lr:
         last_start = earlier.get("resumed", [{}])[-1].get("anneal_start", {})
         reached = annealed_fraction(
-            budget_used_smoothly(before, episodes, finished_steps, env_steps),
+            anneal_used(before, episodes, finished_steps, env_steps),
             AnnealStart(**last_start))
         if cfg.anneal_lr and reached < 0.01:
             raise UsageError(f"{run_dir}'s learning rates had annealed to {reached:.1%} of their "
                              f"base, so it would learn nothing more; resume it with --set "
                              f"anneal_lr=false to train on at the base rates, or start a new run")
     return RunHistory(rows, env_steps, AnnealStart(
-        reached, budget_used_smoothly(cfg, episodes, finished_steps, env_steps)))
+        reached, anneal_used(cfg, episodes, finished_steps, env_steps)))
 
 
 CHECKPOINT_FOLDER = "checkpoints"
@@ -1056,7 +1063,7 @@ class Checkpoints:
     def __init__(self, run_dir: str, cfg: Config, env_id: str):
         self.folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
         self.env_id = env_id
-        v1.Variable(env_id, name=ENV_ID_VARIABLE, trainable=False)  # checked when restoring
+        env_id_variable = v1.Variable(env_id, name=ENV_ID_VARIABLE, trainable=False)  # checked
         self.env_steps = v1.get_variable("run/env_steps", [], tf.int64, v1.zeros_initializer(),
                                          trainable=False)
         self.steps_in = v1.placeholder(tf.int64, [], "run/env_steps_in")
@@ -1066,35 +1073,13 @@ class Checkpoints:
         self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints,
                                     save_relative_paths=True)
         self.shared = shared
-        self.best_folder = os.path.join(self.folder, BEST_FOLDER)
-        self.best_saver = v1.train.Saver(var_list=shared, max_to_keep=1, save_relative_paths=True)
-        self.best_saved = -math.inf  # the mean-100 of the best checkpoint on disk
-        self.best_saved_at = -math.inf
+        net = [v for v in shared if v.op.name.startswith("global/") and "/RMSProp" not in v.op.name]
+        self.best = BestCheckpoint(self.folder, net, env_id_variable)
 
     def save(self, sess, env_steps: int) -> None:
         sess.run(self.set_steps, {self.steps_in: env_steps})
-        self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps)
-
-    def keep_best(self, sess, log: "EpisodeLog", min_interval_s: float = 0.0) -> bool:
-        """Save the global net as the best checkpoint when the best mean-100 has improved since
-        the last one was saved, at most once every min_interval_s seconds; True if it did.
-
-        The mean-100 is that of the last 100 episodes, played by the policies of the last few
-        seconds; the net saved is the one of the moment the improvement is seen (a tenth of a
-        second later at most, or min_interval_s during a rise), which is as near to them as a
-        checkpoint can be."""
-        running, episode = log.best()
-        now = time.time()
-        if not running > self.best_saved or now - self.best_saved_at < min_interval_s:
-            return False
-        env_steps = log.env_steps
-        os.makedirs(self.best_folder, exist_ok=True)  # the Saver makes no folders of its own
-        sess.run(self.set_steps, {self.steps_in: env_steps})
-        self.best_saver.save(sess, os.path.join(self.best_folder, "model"), global_step=env_steps)
-        write_atomically(os.path.join(self.best_folder, BEST_INFO), json.dumps(
-            {"mean_100": running, "episode": episode, "env_steps": env_steps}))
-        self.best_saved, self.best_saved_at = running, now
-        return True
+        self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps,
+                        write_meta_graph=False)  # nothing reads it; it is ~1 MB and GIL-bound
 
     def restore(self, sess) -> int:
         """Restore the latest checkpoint; returns its env step count."""
@@ -1110,6 +1095,81 @@ class Checkpoints:
         self.saver.recover_last_checkpoints(
             [os.path.join(self.folder, os.path.basename(p)) for p in state.all_model_checkpoint_paths])
         return int(sess.run(self.env_steps))
+
+
+class BestCheckpoint:
+    """checkpoints/best/: the global net as it was when the mean-100 return reached its best so
+    far, and best.json beside it (that mean-100, its episode, the env steps then, and the name of
+    the checkpoint it describes).
+
+    A mean-100 is known when an episode ends, and the net moves on with every push. Within a
+    tenth of a second of the best improving, the driver copies the global net into a snapshot
+    inside the graph (one session call, see note); the snapshot, not the net of the moment, is
+    what gets written (write), at most once every best_checkpoint_every_s while the best keeps
+    rising, and once more at the end."""
+
+    def __init__(self, checkpoints_folder: str, net: list, env_id_variable):
+        self.folder = os.path.join(checkpoints_folder, BEST_FOLDER)
+        with v1.variable_scope("best_snapshot"):
+            snapshot = [v1.get_variable(v.op.name, v.shape, v.dtype.base_dtype, trainable=False,
+                                        initializer=v1.zeros_initializer()) for v in net]
+        self.take_snapshot = tf.group(*[s.assign(v) for s, v in zip(snapshot, net)])
+        # stored under the net's own names: --eval restores it like any checkpoint
+        stored = {v.op.name: s for v, s in zip(net, snapshot)}
+        self.saver = v1.train.Saver(var_list={**stored, ENV_ID_VARIABLE: env_id_variable},
+                                    max_to_keep=1, save_relative_paths=True)
+        self.on_disk = read_best_info(self.folder)  # what best/ holds now (None: nothing)
+        if self.on_disk is not None:  # so that the next write replaces it
+            self.saver.recover_last_checkpoints(
+                [os.path.join(self.folder, self.on_disk["checkpoint"])])
+        self.snapped = None  # the label of a snapshot not yet written
+        self.best_seen = self.on_disk["mean_100"] if self.on_disk else -math.inf
+        self.written_at = -math.inf
+
+    def note(self, sess, log: "EpisodeLog") -> None:
+        """Snapshot the global net if the best mean-100 has improved since the last snapshot."""
+        running, episode, env_steps = log.best()
+        if running > self.best_seen:
+            sess.run(self.take_snapshot)
+            self.best_seen = running
+            self.snapped = {"mean_100": running, "episode": episode, "env_steps": env_steps}
+
+    def write(self, sess, min_interval_s: float = 0.0) -> bool:
+        """Write the snapshot not yet written, unless one was written (or tried) less than
+        min_interval_s seconds ago; True if it did."""
+        if self.snapped is None or time.time() - self.written_at < min_interval_s:
+            return False
+        self.written_at = time.time()  # a failing write waits for the next interval too
+        os.makedirs(self.folder, exist_ok=True)  # the Saver makes no folders of its own
+        path = self.saver.save(sess, os.path.join(self.folder, "model"),
+                               global_step=self.snapped["env_steps"], write_meta_graph=False)
+        info = {**self.snapped, "checkpoint": os.path.basename(path)}
+        write_atomically(os.path.join(self.folder, BEST_INFO), json.dumps(info))
+        self.on_disk, self.snapped = info, None
+        return True
+
+    def describe(self, log: "EpisodeLog") -> str:
+        """The summary's line about the best agent, from what is on disk."""
+        if self.on_disk is not None:
+            return (f"best mean-100 {self.on_disk['mean_100']:.1f} at episode "
+                    f"{self.on_disk['episode']:,}; its checkpoint (what --eval plays) is in "
+                    f"{self.folder}")
+        if log.episodes < RUNNING_WINDOW:
+            return f"no best checkpoint: fewer than {RUNNING_WINDOW} episodes, so no full mean-100"
+        return ("no best checkpoint: none could be written (see the warnings above), or the "
+                "run's best mean-100 predates best checkpoints and was not beaten")
+
+
+def read_best_info(best_folder: str) -> typing.Optional[dict]:
+    """best.json of a best/ folder, if it describes the checkpoint that is there."""
+    try:
+        with open(os.path.join(best_folder, BEST_INFO)) as f:
+            info = json.load(f)
+        checkpoint = os.path.join(best_folder, info["checkpoint"])
+        float(info["mean_100"]), int(info["episode"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info if os.path.exists(checkpoint + ".index") else None
 
 
 def latest_checkpoint(folder: str) -> str:
@@ -1178,17 +1238,17 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
     if which == "latest":
         return latest_checkpoint(folder), "the latest checkpoint"
     if which == "best":
-        try:
-            path = latest_checkpoint(os.path.join(folder, BEST_FOLDER))
-        except UsageError:  # a short run, or one written before best checkpoints
+        best_folder = os.path.join(folder, BEST_FOLDER)
+        if not os.path.isdir(best_folder):  # a short run, or one written before best checkpoints
             return latest_checkpoint(folder), "the latest checkpoint (the run has no best one)"
-        try:
-            with open(os.path.join(folder, BEST_FOLDER, BEST_INFO)) as f:
-                info = json.load(f)
-            return path, (f"the best checkpoint (mean-100 {info['mean_100']:.1f} at episode "
-                          f"{info['episode']:,})")
-        except (OSError, ValueError, KeyError, TypeError):
-            return path, "the best checkpoint"
+        path = latest_checkpoint(best_folder)
+        info = read_best_info(best_folder)
+        if info is None or info["checkpoint"] != os.path.basename(path):
+            return path, "the best checkpoint (its best.json describes another one)"
+        return path, (f"the best checkpoint (mean-100 {info['mean_100']:.1f} at episode "
+                      f"{info['episode']:,})")
+    if os.path.isdir(which):  # a checkpoint folder, such as the summary's best/
+        return latest_checkpoint(which), which
     if not os.path.exists(which + ".index"):
         raise UsageError(f"--checkpoint {which}: no such checkpoint; give best, latest or a "
                          f"checkpoint's path without its suffix, e.g. {folder}/model-12000")
@@ -1356,7 +1416,8 @@ def parse_args(argv):
                         "checkpoint with its config; --max-episodes, --max-steps and --set of "
                         + ", ".join(RESUMABLE_FIELDS) + " may change")
     parser.add_argument("--eval", metavar="RUN_DIR", help="don't train: run the deterministic "
-                        "policy of RUN_DIR's latest checkpoint and print its mean return")
+                        "policy of RUN_DIR's best checkpoint (see --checkpoint) and print its "
+                        "mean return")
     parser.add_argument("--episodes", type=int, default=10, help="episodes for --eval (default 10)")
     parser.add_argument("--checkpoint", help="--eval: best (the default: the best mean-100's), "
                         "latest, or a checkpoint's path")

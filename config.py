@@ -84,6 +84,11 @@ class Config:
     budget never makes it jump back up; a run whose rate had reached 0 (it used its budget) is
     refused, as it would learn nothing more: resume it with --set anneal_lr=false to train on at
     the base rates."""
+    anneal_steps: Optional[int] = None
+    """With anneal_lr: the env steps over which both rates fall to 0 (and stay there), instead
+    of the run's budget. An episode budget is a poor clock where episodes lengthen as the agent
+    learns (CartPole: ~20 steps at first, 500 at the end): most of its episodes are spent early,
+    so the rate would fall while the agent still has everything to learn."""
     rmsprop_decay: float = 0.99
     """RMSProp's moving-average decay (A3C paper: 0.99; TF's default 0.9)."""
     rmsprop_epsilon: float = 1e-5
@@ -123,10 +128,11 @@ class Config:
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep in the run folder's checkpoints/."""
     best_checkpoint_every_s: float = 1.0
-    """checkpoints/best/ holds the global net of the best mean-100 return so far, saved within a
-    tenth of a second of it improving, but at most once per this many seconds while it keeps
-    improving (a save takes a few ms; as Stable-Baselines3's EvalCallback keeps best_model).
-    --eval plays it unless told otherwise; --resume continues from the latest."""
+    """checkpoints/best/ holds the global net as it was when the mean-100 return reached its best
+    so far (as Stable-Baselines3's EvalCallback keeps best_model): a snapshot taken in the graph
+    within a tenth of a second of the best improving, written to disk at most once per this many
+    seconds while the best keeps rising, and at the end. --eval plays it unless told otherwise;
+    --resume continues from the latest."""
 
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
@@ -140,7 +146,7 @@ class Config:
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_episodes", "max_steps", "max_episode_steps"):
+        for name in ("max_episodes", "max_steps", "max_episode_steps", "anneal_steps"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or None (no limit), got {value}")
@@ -168,7 +174,7 @@ class Config:
 
 
 # Per-environment presets: only the fields that differ from the defaults above.
-# Tuned on seeds 11-22; the learning benchmark (bench/learning.py) reports seeds 1-3.
+# Tuned on seeds 11-22; the learning benchmark (bench/learning.py) reports seeds 1-9.
 PRESETS: dict[str, dict] = {
     "Pendulum-v1": dict(
         gamma=0.97,           # a short horizon is enough to swing up; 0.99 learned far slower

@@ -47,6 +47,8 @@ def run_one(env_id: str, seed: int, overrides: dict, workdir: str) -> dict:
     summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
     rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
     evaluation = a3c.evaluate(summary["run_dir"], episodes=EVAL_EPISODES, out=io.StringIO())
+    if os.sep + a3c.BEST_FOLDER + os.sep not in evaluation["checkpoint"]:  # it played the latest
+        evaluation["mean"] = float("nan")
     hit = first_reach(rows, target)
     return dict(env=env_id, seed=seed, budget=cfg.max_episodes, rows=rows,
                 steps_per_s=summary["steps_per_s"],

@@ -16,10 +16,11 @@ from test_training import read_rows, refused, run_cli, train
 
 @pytest.fixture(scope="module")
 def trained_run_and_console(tmp_path_factory):
-    """A short CartPole run (~500 episodes) that checkpoints every 0.2 s and keeps the newest 2."""
+    """A short CartPole run (~500 episodes) that checkpoints every 0.2 s and keeps the newest 2;
+    its best checkpoint is held back by the rate limit until the end of the run."""
     summary, console = train("CartPole-v1", tmp_path_factory.mktemp("runs"), max_episodes=None,
                              max_steps=12_000, checkpoint_every_s=0.2, keep_checkpoints=2,
-                             log_every_s=0.2)
+                             log_every_s=0.2, best_checkpoint_every_s=3600)
     return summary, console
 
 
@@ -28,15 +29,23 @@ def trained_run(trained_run_and_console):
     return trained_run_and_console[0]["run_dir"]
 
 
-def test_the_summary_names_the_best_mean_100_and_its_checkpoint(trained_run_and_console):
+def test_the_summary_names_the_best_checkpoint_written_at_the_end(trained_run_and_console):
     summary, console = trained_run_and_console
-    rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
-    best = int(np.argmax(rows["running_return"][99:])) + 99
-    lines = console.splitlines()
-    assert lines[-2] == (f"best mean-100 {rows['running_return'][best]:.1f} at episode "
-                         f"{int(rows['episode'][best]):,}; its checkpoint (what --eval plays) is "
-                         f"in {summary['best_checkpoint']}")
+    mean_100, episode = best_of_the_csv(summary["run_dir"])
+    assert console.splitlines()[-2] == (
+        f"best mean-100 {mean_100:.1f} at episode {episode:,}; its checkpoint (what --eval "
+        f"plays) is in {summary['best_checkpoint']}")
     assert summary["best_checkpoint"] == os.path.join(summary["run_dir"], "checkpoints", "best")
+    with open(os.path.join(summary["best_checkpoint"], a3c.BEST_INFO)) as f:
+        info = json.load(f)
+    assert info["mean_100"] == pytest.approx(mean_100, abs=1e-4) and info["episode"] == episode
+    assert a3c.latest_checkpoint(summary["best_checkpoint"]).endswith(info["checkpoint"])
+
+
+def test_a_short_run_says_it_has_no_best_checkpoint(tmp_path):
+    summary, console = train("A3CTest/Countdown-v0", tmp_path, max_episodes=20)
+    assert console.splitlines()[-2] == "no best checkpoint: fewer than 100 episodes, so no full mean-100"
+    assert not os.path.exists(os.path.join(summary["run_dir"], "checkpoints", "best"))
 
 
 def test_a_run_keeps_its_newest_checkpoints(trained_run):
@@ -311,7 +320,7 @@ def test_resume_continues_the_anneal_from_where_the_run_left_it(tmp_path, capsys
     steps = a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER)).rsplit("-", 1)[1]
     steps = max(int(steps), int(rows["env_steps"][-1]))
     saved_cfg = a3c.read_run(run_dir)[1]
-    used_of_80 = a3c.budget_used_smoothly(saved_cfg, 40, int(rows["length"].sum()), steps)
+    used_of_80 = a3c.anneal_used(saved_cfg, 40, int(rows["length"].sum()), steps)
     assert 0.4 < used_of_80 < 0.75 and saved_cfg.max_episodes == 80
     assert a3c.main(["--resume", run_dir, "--max-episodes", "160", "--no-plot"]) == 0
     assert f"learning rates at {1 - used_of_80:.0%} of their base" in capsys.readouterr().out
@@ -550,7 +559,7 @@ def test_a_checkpoint_written_before_rmsprop_slots_were_saved_still_resumes(trai
     assert any("RMSProp" in name for name, _ in a3c.v1.train.list_variables(resumed))
 
 
-def test_the_best_checkpoint_is_written_when_the_mean_100_improves_and_only_then(tmp_path):
+def test_the_best_checkpoint_holds_the_net_of_the_moment_the_mean_100_improved(tmp_path):
     import config as config_module
 
     cfg = config_module.Config(workers=1, actor_hidden=(4,), critic_hidden=(4,), max_episodes=None,
@@ -565,43 +574,77 @@ def test_the_best_checkpoint_is_written_when_the_mean_100_improves_and_only_then
     sess.run(init)
     writer = a3c.v1.summary.FileWriter(str(tmp_path / "events"))
     log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
+    best = checkpoints.best
     weight = global_net.actor_params[0]
+    start = sess.run(weight)
 
-    def best_on_disk():
-        path = a3c.latest_checkpoint(checkpoints.best_folder)
-        with open(os.path.join(checkpoints.best_folder, a3c.BEST_INFO)) as f:
+    def on_disk():
+        path = a3c.latest_checkpoint(best.folder)
+        with open(os.path.join(best.folder, a3c.BEST_INFO)) as f:
             info = json.load(f)
-        return info["mean_100"], info["episode"], a3c.v1.train.load_variable(path, weight.op.name)
+        assert info["checkpoint"] == os.path.basename(path)
+        return (info["mean_100"], info["episode"], info["env_steps"],
+                a3c.v1.train.load_variable(path, weight.op.name))
 
     def play(returns):
         for episode_return in returns:
             log.add_steps(10)
             log.record(0, episode_return, 10, 0.0, 0.0)
 
+    def step_the_net(delta):
+        weight.load(sess.run(weight) + delta, sess)
+
     play([1.0] * 99)
-    assert not checkpoints.keep_best(sess, log), "no full mean-100 yet"
+    best.note(sess, log)
+    assert not best.write(sess), "no full mean-100 yet: nothing to write"
     play([1.0])
-    assert checkpoints.keep_best(sess, log)
-    assert best_on_disk()[:2] == (1.0, 100)
-    first_weights = sess.run(weight)
-    np.testing.assert_array_equal(best_on_disk()[2], first_weights)
+    best.note(sess, log)  # the best improved: the net of this moment is snapshot ...
+    step_the_net(1.0)  # ... and moves on before the write
+    assert best.write(sess)
+    mean_100, episode, env_steps, weights = on_disk()
+    assert (mean_100, episode, env_steps) == (1.0, 100, 1000)
+    np.testing.assert_array_equal(weights, start)
 
-    weight.load(first_weights + 1.0, sess)  # the net moves on ...
-    play([0.0] * 5)  # ... while the mean-100 falls
-    assert not checkpoints.keep_best(sess, log)
-    assert not checkpoints.keep_best(sess, log, min_interval_s=0.0)
-    np.testing.assert_array_equal(best_on_disk()[2], first_weights)
+    play([0.0] * 5)  # the mean-100 falls: nothing is snapshot or written
+    best.note(sess, log)
+    assert not best.write(sess)
+    np.testing.assert_array_equal(on_disk()[3], start)
 
-    play([50.0])  # a new best: saved, unless one was saved less than min_interval_s ago
-    assert not checkpoints.keep_best(sess, log, min_interval_s=3600)
-    assert checkpoints.keep_best(sess, log, min_interval_s=0.0)
-    mean_100, episode, weights = best_on_disk()
-    assert mean_100 == pytest.approx((94 * 1.0 + 5 * 0.0 + 50.0) / 100) and episode == 106
-    np.testing.assert_array_equal(weights, first_weights + 1.0)
-    assert len(glob.glob(os.path.join(checkpoints.best_folder, "model-*.index"))) == 1
+    play([50.0])  # a new best within the rate limit: snapshot now, written later
+    best.note(sess, log)
+    step_the_net(1.0)
+    assert not best.write(sess, min_interval_s=3600)
+    assert best.write(sess)
+    mean_100, episode, env_steps, weights = on_disk()
+    assert mean_100 == pytest.approx((94 * 1.0 + 5 * 0.0 + 50.0) / 100)
+    assert (episode, env_steps) == (106, 1060)
+    np.testing.assert_array_equal(weights, start + 1.0)
+    assert len(glob.glob(os.path.join(best.folder, "model-*.index"))) == 1, "only the best is kept"
     log.close()
     writer.close()
     sess.close()
+
+
+def best_of_the_csv(run_dir):
+    rows = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    best = int(np.argmax(rows["running_return"][99:])) + 99
+    return float(rows["running_return"][best]), int(rows["episode"][best])
+
+
+def test_a_resumed_run_without_a_best_checkpoint_says_so(trained_run, tmp_path, capsys):
+    run = copy_run(trained_run, tmp_path / "run")
+    shutil.rmtree(os.path.join(run, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER))
+    steps = int(a3c.latest_checkpoint(os.path.join(run, a3c.CHECKPOINT_FOLDER)).rsplit("-", 1)[1])
+    assert a3c.main(["--resume", str(run), "--max-steps", str(steps + 500), "--no-plot",
+                     "--set", "pin_threads=false"]) == 0
+    out = capsys.readouterr().out
+    if os.path.isdir(os.path.join(run, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER)):
+        assert best_of_the_csv(str(run))[0] > best_of_the_csv(trained_run)[0], "beaten: written"
+        assert "its checkpoint (what --eval plays)" in out
+    else:
+        assert "no best checkpoint: none could be written" in out
+        assert a3c.main(["--eval", str(run), "--episodes", "1"]) == 0
+        assert "the latest checkpoint (the run has no best one)" in capsys.readouterr().out
 
 
 def test_eval_plays_the_best_checkpoint_unless_told_otherwise(trained_run, capsys):
@@ -618,6 +661,8 @@ def test_eval_plays_the_best_checkpoint_unless_told_otherwise(trained_run, capsy
     assert "the latest checkpoint" in out and latest in out
     assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", latest]) == 0
     assert latest in capsys.readouterr().out
+    assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", best_folder]) == 0
+    assert a3c.latest_checkpoint(best_folder) in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -364,6 +364,21 @@ def test_the_annealed_learning_rate_falls_with_every_step_not_in_waves_of_episod
     assert fractions[-1] == 0.0
 
 
+def test_with_anneal_steps_the_rate_follows_env_steps_whatever_the_episodes(tmp_path):
+    import tensorflow as tf
+    cfg = Config(max_episodes=1500, anneal_lr=True, anneal_steps=10_000)
+    writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
+    log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
+    for _ in range(1000):  # 1,000 short episodes: two thirds of the episode budget
+        log.add_steps(2)
+        log.record(0, 2.0, 2, 0.0, 0.0)
+    assert log.lr_fraction() == pytest.approx(0.8)
+    log.add_steps(9_000)
+    assert log.lr_fraction() == 0.0
+    log.close()
+    writer.close()
+
+
 def test_a_resumed_run_anneals_on_from_the_rate_it_reached(tmp_path):
     import tensorflow as tf
     cfg = Config(max_episodes=1500, anneal_lr=True)
