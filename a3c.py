@@ -1041,12 +1041,13 @@ def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
         reached = annealed_fraction(
             anneal_used(before, episodes, finished_steps, env_steps),
             AnnealStart(**last_start))
-        if cfg.anneal_lr and reached < 0.01:
-            raise UsageError(f"{run_dir}'s learning rates had annealed to {reached:.1%} of their "
-                             f"base, so it would learn nothing more; resume it with --set "
-                             f"anneal_lr=false to train on at the base rates, or start a new run")
-    return RunHistory(rows, env_steps, AnnealStart(
-        reached, anneal_used(cfg, episodes, finished_steps, env_steps)))
+    used = anneal_used(cfg, episodes, finished_steps, env_steps)
+    if cfg.anneal_lr and (reached if used < 1 else 0.0) < 0.01:  # past anneal_steps: 0 too
+        raise UsageError(f"{run_dir}'s learning rates are annealed to "
+                         f"{reached if used < 1 else 0.0:.1%} of their base, so it would learn "
+                         f"nothing more; resume it with --set anneal_lr=false to train on at the "
+                         f"base rates, or start a new run")
+    return RunHistory(rows, env_steps, AnnealStart(reached, used))
 
 
 CHECKPOINT_FOLDER = "checkpoints"
@@ -1119,9 +1120,13 @@ class BestCheckpoint:
         self.saver = v1.train.Saver(var_list={**stored, ENV_ID_VARIABLE: env_id_variable},
                                     max_to_keep=1, save_relative_paths=True)
         self.on_disk = read_best_info(self.folder)  # what best/ holds now (None: nothing)
-        if self.on_disk is not None:  # so that the next write replaces it
+        try:  # adopt whatever best/ holds, labelled or not, so that the next write replaces it
+            state = v1.train.get_checkpoint_state(self.folder)
             self.saver.recover_last_checkpoints(
-                [os.path.join(self.folder, self.on_disk["checkpoint"])])
+                [os.path.join(self.folder, os.path.basename(p))
+                 for p in (state.all_model_checkpoint_paths if state else [])])
+        except Exception:  # an unreadable index: the next write makes a new one
+            pass
         self.snapped = None  # the label of a snapshot not yet written
         self.best_seen = self.on_disk["mean_100"] if self.on_disk else -math.inf
         self.written_at = -math.inf
@@ -1239,9 +1244,11 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
         return latest_checkpoint(folder), "the latest checkpoint"
     if which == "best":
         best_folder = os.path.join(folder, BEST_FOLDER)
-        if not os.path.isdir(best_folder):  # a short run, or one written before best checkpoints
+        try:
+            path = latest_checkpoint(best_folder)
+        except UsageError:  # a short run, one written before best checkpoints, or a first best
+            # write cut short
             return latest_checkpoint(folder), "the latest checkpoint (the run has no best one)"
-        path = latest_checkpoint(best_folder)
         info = read_best_info(best_folder)
         if info is None or info["checkpoint"] != os.path.basename(path):
             return path, "the best checkpoint (its best.json describes another one)"

@@ -81,12 +81,14 @@ class Config:
     episodes end). With equally long episodes (Pendulum: 200 steps) that is a straight line in
     env steps, where counting finished episodes made a staircase. On --resume the rate goes on
     from where the run left it and falls to 0 at the end of the new budget, so raising the
-    budget never makes it jump back up; a run whose rate had reached 0 (it used its budget) is
-    refused, as it would learn nothing more: resume it with --set anneal_lr=false to train on at
-    the base rates."""
+    budget never makes it jump back up; a run whose rate had reached 0 (it used its budget, or
+    went past anneal_steps) is refused, as it would learn nothing more: resume it with --set
+    anneal_lr=false to train on at the base rates. With anneal_steps set, that horizon replaces
+    the budget, and a larger budget changes nothing."""
     anneal_steps: Optional[int] = None
     """With anneal_lr: the env steps over which both rates fall to 0 (and stay there), instead
-    of the run's budget. An episode budget is a poor clock where episodes lengthen as the agent
+    of the run's budget (without anneal_lr it does nothing, so that a preset's horizon does not
+    stand in the way of --set anneal_lr=false). An episode budget is a poor clock where episodes lengthen as the agent
     learns (CartPole: ~20 steps at first, 500 at the end): most of its episodes are spent early,
     so the rate would fall while the agent still has everything to learn."""
     rmsprop_decay: float = 0.99
@@ -194,7 +196,9 @@ PRESETS: dict[str, dict] = {
         anneal_lr=True,       # 9 ended at or above it (policies collapsed after reaching it);
         anneal_steps=300_000, # annealed over 300k env steps from 2e-3, 9 of 9 and 9 of 9. Over
         max_episodes=1500,    # the episode budget instead, 0 of 9 reached it: most episodes are
-    ),                        # spent short and early, so the rate fell before CartPole learned
+    ),                        # spent short and early, so the rate fell before CartPole learned.
+    # (A CartPole run still going at 300k env steps plays on with the net frozen there, so its
+    # final mean-100 is that net's.)
     "Acrobot-v1": dict(
         max_episodes=1500,
     ),
