@@ -43,8 +43,8 @@ class Config:
     pin_threads: bool = True
     """Linux, 2+ CPUs, 3+ workers: the worker threads share the first CPU and TensorFlow runs
     their ops in a pool of threads on other CPUs (at most one per worker, and no more CPUs in all
-    than a cgroup CPU quota grants; a3c.py's cpu_layout says why). Only one thread runs Python at a time (the
-    GIL); handing it to a worker waiting on the same CPU is cheap, while waking one on another
+    than a cgroup CPU quota grants; cpus.py's cpu_layout says why). Only one thread runs Python
+    at a time (the GIL); handing it to a worker waiting on the same CPU is cheap, while waking one on another
     CPU costs more than a session call. 8 workers x 8 Pendulum envs on 2 cores: ~1.6x the env
     steps/s. False (and 1-2 workers, or no affinity API): threads run anywhere and each session
     call runs its ops in the calling thread. The algorithm is the same; pushes queue a little

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import a3c
+import cpus
 from config import Config
 from graphs import build_session
 
@@ -311,24 +312,24 @@ def test_session_callables_return_what_session_run_returns_and_run_their_operati
 
 
 def test_worker_threads_share_one_cpu_only_when_it_pays():
-    cpus = os.sched_getaffinity(0)
-    assert a3c.cpu_layout(Config(workers=2)) is None  # too few workers to keep a pool fed
-    assert a3c.cpu_layout(Config(workers=8, pin_threads=False)) is None
-    layout = a3c.cpu_layout(Config(workers=8))
-    if len(cpus) >= 2 and a3c.usable_cpus()[1] >= 2:
-        assert layout.workers == {min(cpus)} and layout.ops <= cpus - {min(cpus)}
+    allowed = os.sched_getaffinity(0)
+    assert cpus.cpu_layout(Config(workers=2)) is None  # too few workers to keep a pool fed
+    assert cpus.cpu_layout(Config(workers=8, pin_threads=False)) is None
+    layout = cpus.cpu_layout(Config(workers=8))
+    if len(allowed) >= 2 and cpus.usable_cpus()[1] >= 2:
+        assert layout.workers == {min(allowed)} and layout.ops <= allowed - {min(allowed)}
     else:
         assert layout is None
 
 
 def test_pinning_on_many_cores_and_under_a_cpu_quota():
     many = list(range(64))
-    layout = a3c.cpu_layout(Config(workers=8), many, 64.0)
+    layout = cpus.cpu_layout(Config(workers=8), many, 64.0)
     assert layout == ({0}, set(range(1, 9))), "one pool thread per worker: more would idle"
-    assert a3c.cpu_layout(Config(workers=8), [4, 9, 11], 3.0) == ({4}, {9, 11})
+    assert cpus.cpu_layout(Config(workers=8), [4, 9, 11], 3.0) == ({4}, {9, 11})
     # a quota of 2.5 CPUs on a 64-CPU host: pin to 2 CPUs, never to more than the quota grants
-    assert a3c.cpu_layout(Config(workers=8), many, 2.5) == ({0}, {1})
-    assert a3c.cpu_layout(Config(workers=8), many, 1.5) is None
+    assert cpus.cpu_layout(Config(workers=8), many, 2.5) == ({0}, {1})
+    assert cpus.cpu_layout(Config(workers=8), many, 1.5) is None
 
 
 @pytest.mark.parametrize("files, quota", [
@@ -342,7 +343,7 @@ def test_the_cgroup_cpu_quota_is_read_from_either_cgroup_version(files, quota, t
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert a3c.cpu_quota(str(tmp_path)) == quota
+    assert cpus.cpu_quota(str(tmp_path)) == quota
 
 
 def test_sessions_never_use_a_gpu():
@@ -362,8 +363,8 @@ def thread_names():
 
 
 def test_a_pinned_session_runs_its_ops_in_a_pool_on_the_tensorflow_cpus():
-    cpus = sorted(os.sched_getaffinity(0))
-    layout = a3c.CpuLayout(workers={cpus[0]}, ops={cpus[-1]})  # 1 CPU: both roles share it
+    allowed = sorted(os.sched_getaffinity(0))
+    layout = cpus.CpuLayout(workers={allowed[0]}, ops={allowed[-1]})  # 1 CPU: both roles share it
     with tf.Graph().as_default() as graph:
         x = v1.placeholder(tf.float32, [None], "x")
         tripled = 3.0 * x
@@ -373,6 +374,6 @@ def test_a_pinned_session_runs_its_ops_in_a_pool_on_the_tensorflow_cpus():
             if tid not in before and name == "tf_Compute"]
     assert len(pool) == len(layout.ops)
     assert all(os.sched_getaffinity(tid) == layout.ops for tid in pool)
-    assert os.sched_getaffinity(0) == set(cpus), "the calling thread keeps all its CPUs"
+    assert os.sched_getaffinity(0) == set(allowed), "the calling thread keeps all its CPUs"
     np.testing.assert_array_equal(sess.run(tripled, {x: [1.0, 2.0]}), [3.0, 6.0])
     sess.close()

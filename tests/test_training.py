@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import a3c
+import cpus
 import config as config_module
 from config import Config
 from envs import BoxActionEnv, RecordingEnv, ShiftedDiscreteEnv
@@ -135,15 +136,15 @@ def test_worker_threads_run_where_the_run_records_they_ran(tmp_path):
     summary, console = train("A3CTest/Recording-v0", tmp_path, workers=3, max_episodes=12)
     with open(os.path.join(summary["run_dir"], "config.json")) as f:
         recorded = json.load(f)["cpus"]
-    layout = a3c.cpu_layout(dataclasses.replace(Config(), workers=3))
+    layout = cpus.cpu_layout(dataclasses.replace(Config(), workers=3))
     assert set(RecordingEnv.affinity) == {"worker_0", "worker_1", "worker_2"}
     if layout is None:  # one CPU: nothing to pin
         assert recorded is None and "TensorFlow's ops run on" not in console
-        assert all(cpus == os.sched_getaffinity(0) for cpus in RecordingEnv.affinity.values())
+        assert all(mask == os.sched_getaffinity(0) for mask in RecordingEnv.affinity.values())
     else:
         assert recorded == {"workers": sorted(layout.workers), "tensorflow_ops": sorted(layout.ops)}
         assert f"worker threads share CPU {min(layout.workers)}" in console
-        assert all(cpus == layout.workers for cpus in RecordingEnv.affinity.values())
+        assert all(mask == layout.workers for mask in RecordingEnv.affinity.values())
 
 
 def test_a_discrete_space_that_starts_elsewhere_gets_actions_from_its_start(tmp_path):
