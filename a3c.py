@@ -965,17 +965,17 @@ def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
             anneal_used(before, episodes, finished_steps, env_steps),
             AnnealStart(**last_start))
     used = anneal_used(cfg, episodes, finished_steps, env_steps)
-    if cfg.anneal_lr and (reached if used < 1 else 0.0) < 0.01:  # past anneal_steps: 0 too
-        raise UsageError(f"{run_dir}'s learning rates are annealed to "
-                         f"{reached if used < 1 else 0.0:.1%} of their base, so it would learn "
-                         f"nothing more; resume it with --set anneal_lr=false to train on at the "
-                         f"base rates, or start a new run")
+    starts_at = reached if used < 1 else 0.0  # past anneal_steps it is 0 whatever was reached
+    if cfg.anneal_lr and starts_at < 0.01:
+        raise UsageError(f"{run_dir}'s learning rates are annealed to {starts_at:.1%} of their "
+                         f"base, so it would learn nothing more; resume it with --set "
+                         f"anneal_lr=false to train on at the base rates, or start a new run")
     return RunHistory(rows, env_steps, AnnealStart(reached, used))
 
 
 CHECKPOINT_FOLDER = "checkpoints"
 BEST_FOLDER = "best"      # checkpoints/best/: the global net of the best mean-100 so far
-BEST_INFO = "best.json"   # beside it: that mean-100, its episode and env step count
+BEST_INFO = "best.json"   # beside it: that mean-100, its episode, env steps and checkpoint name
 ENV_ID_VARIABLE = "run/env_id"
 
 
@@ -997,7 +997,8 @@ class Checkpoints:
         self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints,
                                     save_relative_paths=True)
         self.shared = shared
-        net = [v for v in shared if v.op.name.startswith("global/") and "/RMSProp" not in v.op.name]
+        self.slots = [v for v in shared if "/RMSProp" in v.op.name]
+        net = [v for v in shared if v.op.name.startswith("global/") and v not in self.slots]
         self.best = BestCheckpoint(self.folder, net, env_id_variable)
 
     def save(self, sess, env_steps: int) -> None:
@@ -1008,16 +1009,12 @@ class Checkpoints:
     def restore(self, sess) -> int:
         """Restore the latest checkpoint; returns its env step count."""
         checkpoint = latest_checkpoint(self.folder)
-        slots = [v for v in self.shared if "/RMSProp" in v.op.name]
         missing = restore_checkpoint(sess, self.saver, checkpoint, self.shared, self.env_id,
-                                     optional=slots)
+                                     optional=self.slots)
         if missing:
             warn(f"{checkpoint} holds no RMSProp averages (written before they were saved): "
                  f"the optimisers start theirs afresh")
-        # adopt the earlier checkpoints, so that keep_checkpoints counts them too
-        state = v1.train.get_checkpoint_state(self.folder)
-        self.saver.recover_last_checkpoints(
-            [os.path.join(self.folder, os.path.basename(p)) for p in state.all_model_checkpoint_paths])
+        adopt_checkpoints(self.saver, self.folder)  # so that keep_checkpoints counts them too
         return int(sess.run(self.env_steps))
 
 
@@ -1043,11 +1040,8 @@ class BestCheckpoint:
         self.saver = v1.train.Saver(var_list={**stored, ENV_ID_VARIABLE: env_id_variable},
                                     max_to_keep=1, save_relative_paths=True)
         self.on_disk = read_best_info(self.folder)  # what best/ holds now (None: nothing)
-        try:  # adopt whatever best/ holds, labelled or not, so that the next write replaces it
-            state = v1.train.get_checkpoint_state(self.folder)
-            self.saver.recover_last_checkpoints(
-                [os.path.join(self.folder, os.path.basename(p))
-                 for p in (state.all_model_checkpoint_paths if state else [])])
+        try:  # whatever best/ holds, labelled or not, so that the next write replaces it
+            adopt_checkpoints(self.saver, self.folder)
         except Exception:  # an unreadable index: the next write makes a new one
             pass
         self.snapped = None  # the label of a snapshot not yet written
@@ -1086,6 +1080,14 @@ class BestCheckpoint:
             return f"no best checkpoint: fewer than {RUNNING_WINDOW} episodes, so no full mean-100"
         return ("no best checkpoint: none could be written (see the warnings above), or the "
                 "run's best mean-100 predates best checkpoints and was not beaten")
+
+
+def adopt_checkpoints(saver, folder: str) -> None:
+    """Make saver count the checkpoints already in folder (named inside it, wherever the index
+    says they were written), so that its max_to_keep deletes them in turn."""
+    state = v1.train.get_checkpoint_state(folder)
+    saver.recover_last_checkpoints([os.path.join(folder, os.path.basename(p))
+                                    for p in (state.all_model_checkpoint_paths if state else [])])
 
 
 def read_best_info(best_folder: str) -> typing.Optional[dict]:
