@@ -97,6 +97,8 @@ class EnvSpec:
     action_low: np.ndarray  # continuous only
     action_high: np.ndarray
     action_start: int = 0   # discrete: the env's first action (Discrete(n, start=s) takes s..s+n-1)
+    obs_low: np.ndarray = None   # the observation space's bounds (may be infinite)
+    obs_high: np.ndarray = None
 
 
 def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
@@ -121,15 +123,16 @@ def env_spec(env: gym.Env, env_id: str) -> EnvSpec:
     if len(obs_space.shape) != 1:
         raise UsageError(f"{env_id}: image observations {obs_space} are not supported yet "
                          f"(only flat Box observations; Atari needs the CNN network)")
+    bounds = dict(obs_low=obs_space.low.astype(np.float64), obs_high=obs_space.high.astype(np.float64))
     if isinstance(act_space, gym.spaces.Discrete):
         return EnvSpec(env_id, obs_space.shape[0], True, int(act_space.n), None, None,
-                       int(act_space.start))
+                       int(act_space.start), **bounds)
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
         low, high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
         if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
             raise UsageError(f"{env_id}: action space {act_space} has infinite bounds; "
                              f"the Gaussian policy maps its mean into finite bounds")
-        return EnvSpec(env_id, obs_space.shape[0], False, act_space.shape[0], low, high)
+        return EnvSpec(env_id, obs_space.shape[0], False, act_space.shape[0], low, high, **bounds)
     raise UsageError(f"{env_id}: action space {act_space} is not supported "
                      f"(only Discrete or a flat Box)")
 
@@ -144,6 +147,20 @@ def dense(x, size, name, activation=None, gain=np.sqrt(2), bias=0.0):
     b = v1.get_variable(f"{name}/b", [size], initializer=v1.constant_initializer(bias))
     y = tf.nn.bias_add(tf.matmul(x, w), b)  # its gradient is one op; a broadcasting add's is seven
     return activation(y) if activation is not None else y
+
+
+def scaled_observations(obs, spec: EnvSpec, cfg: Config):
+    """With scale_obs, every observation dimension with finite bounds mapped from [low, high] to
+    [-1, 1] (the others pass as they are): done in the graph, so it costs the hot loop nothing."""
+    if not cfg.scale_obs or spec.obs_low is None:
+        return obs
+    low, high = spec.obs_low, spec.obs_high
+    finite = np.isfinite(low) & np.isfinite(high) & (high > low)
+    if not finite.any():
+        return obs
+    centre = np.where(finite, (high + low) / 2, 0.0).astype(np.float32)
+    inverse_half_range = np.where(finite, 2 / np.where(finite, high - low, 1.0), 1.0).astype(np.float32)
+    return (obs - centre) * inverse_half_range
 
 
 def mlp(x, sizes, name):
@@ -263,8 +280,9 @@ class ACNet:
         self.scope = scope
         with v1.variable_scope(scope):
             self.obs = v1.placeholder(tf.float32, [None, spec.obs_dim], "obs")
-            self.policy = build_actor(self.obs, spec, cfg)
-            self.value = build_critic(self.obs, cfg)
+            net_input = scaled_observations(self.obs, spec, cfg)
+            self.policy = build_actor(net_input, spec, cfg)
+            self.value = build_critic(net_input, cfg)
             self.actor_params = v1.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES, f"{scope}/actor")
             self.critic_params = v1.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES, f"{scope}/critic")
             if global_net is not None:
@@ -279,7 +297,8 @@ class ACNet:
         self.terminated = v1.placeholder(tf.float32, [T, E], "terminated")
         self.ended = v1.placeholder(tf.float32, [T, E], "ended")
 
-        next_values = tf.stop_gradient(tf.reshape(build_critic(self.next_obs, cfg), [T, E]))
+        next_values = tf.stop_gradient(tf.reshape(
+            build_critic(scaled_observations(self.next_obs, spec, cfg), cfg), [T, E]))
         self.returns = n_step_returns(self.rewards, next_values, self.terminated, self.ended, cfg.gamma)
         flat_returns = tf.reshape(self.returns, [-1])
         advantages = tf.stop_gradient(flat_returns - self.value)
@@ -318,7 +337,8 @@ class ACNet:
         self.current_obs = v1.placeholder(tf.float32, [E, spec.obs_dim], "current_obs")
         with tf.control_dependencies([self.push_and_pull]):  # read the parameters just pulled
             with v1.variable_scope(v1.get_variable_scope(), reuse=True):
-                self.policy_after_pull = build_actor(self.current_obs, spec, cfg)
+                self.policy_after_pull = build_actor(
+                    scaled_observations(self.current_obs, spec, cfg), spec, cfg)
 
 
 def learning_rates(cfg: Config) -> tuple[float, float]:
@@ -799,7 +819,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     part = len(earlier.get("resumed", [])) + 1 if earlier is not None else 0
     seed = part_seed(cfg.seed, part)
 
-    run_dir, sess, workers = resume_dir, None, []
+    run_dir, sess, workers, checkpoints = resume_dir, None, [], None
     try:
         graph = tf.Graph()
         with graph.as_default():
@@ -807,7 +827,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             np.random.seed(seed)
             global_net, worker_nets = build_graph(spec, cfg)
             run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
-            checkpoints = Checkpoints(run_dir, cfg, env_id)
+            checkpoints = Checkpoints(run_dir, cfg, env_id, global_net, spec)
             init = v1.global_variables_initializer()
         layout = cpu_layout(cfg)
         sess = open_session(graph, layout)
@@ -833,14 +853,17 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         summary_writer = v1.summary.FileWriter(run_dir, graph)
         for worker in workers:
             worker.prepare(sess, seed)
+        checkpoints.best.prepare(sess)
         log = EpisodeLog(run_dir, cfg, summary_writer, history)  # the clock starts with the workers
-        # a resumed run's best to beat: its CSV's, or the one on disk if that is higher
-        checkpoints.best.best_seen = max(checkpoints.best.best_seen, log.best_running)
+        # a resumed run's next candidate must beat its CSV's best mean-100 too
+        checkpoints.best.best_tried = max(checkpoints.best.best_tried, log.best_running)
     except BaseException as exc:
         if sess is not None:
             sess.close()
         for worker in workers:
             worker.close()
+        if checkpoints is not None:
+            checkpoints.best.close()
         if not isinstance(exc, KeyboardInterrupt):
             raise
         if resume_dir is not None:
@@ -874,6 +897,19 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             thread = threading.Thread(target=run, name=worker.name, daemon=True)
             thread.start()
             threads.append(thread)
+
+        def run_trials():
+            with coord.stop_on_exception():
+                if layout is not None:
+                    os.sched_setaffinity(0, layout.workers)  # Python, like the workers
+                try:
+                    checkpoints.best.run_trials(sess, coord, log, cfg.best_checkpoint_every_s)
+                except Exception as exc:
+                    raise WorkerError(f"the best-agent trials raised {type(exc).__name__}: "
+                                      f"{exc}") from exc
+        thread = threading.Thread(target=run_trials, name="best_trials", daemon=True)
+        thread.start()
+        threads.append(thread)
         supervise(coord, log, checkpoints, sess, cfg, console)
     except KeyboardInterrupt:
         interrupted = True
@@ -889,8 +925,13 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         stuck = [thread.name for thread in threads if thread.is_alive()]
         final = log.progress()  # the workers have stopped: the clock stops too
         attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps)
-        attempt("snapshot the best net", checkpoints.best.note, sess, log)
-        attempt("write the best checkpoint", checkpoints.best.write, sess)
+        if stuck:
+            pass  # the trial thread may still be playing the candidate: leave best/ as it is
+        elif interrupted or error is not None:  # stop now; only a best already chosen is written
+            attempt("write the best checkpoint", checkpoints.best.write, sess)
+        else:
+            attempt("try the final net for the best checkpoint", checkpoints.best.try_final,
+                    sess, log)
         if stuck:  # closing what a running thread uses could crash the process or lose its rows
             warn(f"{', '.join(stuck)} did not stop within 30 s; the CSV, the session and the "
                  f"environments are left open for them")
@@ -900,6 +941,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             attempt("close the session", sess.close)
             for worker in workers:
                 attempt(f"close {worker.name}'s environments", worker.close)
+            attempt("close the trial environments", checkpoints.best.close)
         plot_path = attempt("draw rewards.png", plot_rewards, run_dir, env_id,
                             show_plot and error is None and not interrupted)
     except KeyboardInterrupt:
@@ -920,17 +962,13 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
 
 def supervise(coord, log: EpisodeLog, checkpoints: "Checkpoints", sess, cfg: Config,
               console: Console) -> None:
-    """Until the workers stop: a progress line every log_every_s seconds, a checkpoint every
-    checkpoint_every_s, and the best checkpoint within a tenth of a second of the best mean-100
-    improving (at most every best_checkpoint_every_s). A checkpoint that fails (disk full,
+    """Until the workers stop: a progress line every log_every_s seconds and a checkpoint every
+    checkpoint_every_s (the best checkpoint has a thread of its own). A checkpoint that fails (disk full,
     folder moved) is reported and tried again at the next one; it does not end a long run."""
     next_line = next_save = time.time()
     next_line += cfg.log_every_s
     next_save += cfg.checkpoint_every_s
-    while not coord.wait_for_stop(min(max(min(next_line, next_save) - time.time(), 0.0), 0.1)):
-        attempt("snapshot the best net", checkpoints.best.note, sess, log)
-        attempt("write the best checkpoint", checkpoints.best.write, sess,
-                cfg.best_checkpoint_every_s)
+    while not coord.wait_for_stop(min(max(min(next_line, next_save) - time.time(), 0.0), 0.5)):
         now = time.time()
         if now >= next_line:
             console.say(progress_line(log.progress()))
@@ -984,7 +1022,7 @@ class Checkpoints:
     (the workers' own copies are pulled anew). Each save writes new files and only then swaps
     the "checkpoint" index file atomically, so a save cut short never leaves a broken latest."""
 
-    def __init__(self, run_dir: str, cfg: Config, env_id: str):
+    def __init__(self, run_dir: str, cfg: Config, env_id: str, global_net: "ACNet", spec: EnvSpec):
         self.folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
         self.env_id = env_id
         env_id_variable = v1.Variable(env_id, name=ENV_ID_VARIABLE, trainable=False)  # checked
@@ -998,8 +1036,7 @@ class Checkpoints:
                                     save_relative_paths=True)
         self.shared = shared
         self.slots = [v for v in shared if "/RMSProp" in v.op.name]
-        net = [v for v in shared if v.op.name.startswith("global/") and v not in self.slots]
-        self.best = BestCheckpoint(self.folder, net, env_id_variable)
+        self.best = BestCheckpoint(self.folder, global_net, spec, cfg, env_id, env_id_variable)
 
     def save(self, sess, env_steps: int) -> None:
         sess.run(self.set_steps, {self.steps_in: env_steps})
@@ -1019,67 +1056,152 @@ class Checkpoints:
 
 
 class BestCheckpoint:
-    """checkpoints/best/: the global net as it was when the mean-100 return reached its best so
-    far, and best.json beside it (that mean-100, its episode, the env steps then, and the name of
-    the checkpoint it describes).
+    """checkpoints/best/: the best agent the run has made, and best.json beside it (its score,
+    the mean-100 and episode it was taken at, the env steps then, and its checkpoint's name).
 
-    A mean-100 is known when an episode ends, and the net moves on with every push. Within a
-    tenth of a second of the best improving, the driver copies the global net into a snapshot
-    inside the graph (one session call, see note); the snapshot, not the net of the moment, is
-    what gets written (write), at most once every best_checkpoint_every_s while the best keeps
-    rising, and once more at the end."""
+    The mean-100 says when the agent may have got better, but it lags (it averages 100 episodes
+    played by nets that kept changing) and it measures the stochastic policy, not the one --eval
+    plays. So a new best mean-100 makes the global net of that moment a candidate: a copy taken
+    inside the graph in one session call, whose deterministic policy then plays trial_episodes
+    episodes on environments of its own, from the same start states for every candidate (others
+    than --eval's). A candidate that plays better than every earlier one becomes the best and is
+    written at once. Trials run in a thread beside the workers (run_trials), at most one every
+    min_interval_s; the final net gets one more at the end (try_final). With no trial episodes
+    a candidate's score is its mean-100."""
 
-    def __init__(self, checkpoints_folder: str, net: list, env_id_variable):
+    def __init__(self, checkpoints_folder: str, global_net: "ACNet", spec: EnvSpec, cfg: Config,
+                 env_id: str, env_id_variable):
         self.folder = os.path.join(checkpoints_folder, BEST_FOLDER)
+        net = global_net.actor_params + global_net.critic_params
+        self.candidate = ACNet("best_candidate", spec, cfg)
+        candidate = self.candidate.actor_params + self.candidate.critic_params
         with v1.variable_scope("best_snapshot"):
             snapshot = [v1.get_variable(v.op.name, v.shape, v.dtype.base_dtype, trainable=False,
                                         initializer=v1.zeros_initializer()) for v in net]
-        self.take_snapshot = tf.group(*[s.assign(v) for s, v in zip(snapshot, net)])
+        self.take_candidate = tf.group(*[c.assign(v) for c, v in zip(candidate, net)])
+        self.promote = tf.group(*[s.assign(c) for s, c in zip(snapshot, candidate)])
         # stored under the net's own names: --eval restores it like any checkpoint
         stored = {v.op.name: s for v, s in zip(net, snapshot)}
         self.saver = v1.train.Saver(var_list={**stored, ENV_ID_VARIABLE: env_id_variable},
                                     max_to_keep=1, save_relative_paths=True)
+        self.trial_envs = [make_env(env_id, cfg) for _ in range(cfg.best_trial_episodes)]
         self.on_disk = read_best_info(self.folder)  # what best/ holds now (None: nothing)
         try:  # whatever best/ holds, labelled or not, so that the next write replaces it
             adopt_checkpoints(self.saver, self.folder)
         except Exception:  # an unreadable index: the next write makes a new one
             pass
-        self.snapped = None  # the label of a snapshot not yet written
-        self.best_seen = self.on_disk["mean_100"] if self.on_disk else -math.inf
-        self.written_at = -math.inf
+        self.unwritten = None  # the label of a best not yet on disk (its write failed)
+        self.best_score = best_score(self.on_disk) if self.on_disk else -math.inf
+        self.best_tried = self.on_disk["mean_100"] if self.on_disk else -math.inf  # a mean-100
 
-    def note(self, sess, log: "EpisodeLog") -> None:
-        """Snapshot the global net if the best mean-100 has improved since the last snapshot."""
-        running, episode, env_steps = log.best()
-        if running > self.best_seen:
-            sess.run(self.take_snapshot)
-            self.best_seen = running
-            self.snapped = {"mean_100": running, "episode": episode, "env_steps": env_steps}
+    def prepare(self, sess) -> None:
+        self.greedy = session_callable(sess, [self.candidate.policy.greedy_action],
+                                       [self.candidate.obs])
 
-    def write(self, sess, min_interval_s: float = 0.0) -> bool:
-        """Write the snapshot not yet written, unless one was written (or tried) less than
-        min_interval_s seconds ago; True if it did."""
-        if self.snapped is None or time.time() - self.written_at < min_interval_s:
+    def run_trials(self, sess, coord, log: "EpisodeLog", min_interval_s: float) -> None:
+        """The trial thread: try each new best mean-100's net until training stops, at most one
+        every min_interval_s, and spending at most a tenth of the time in trials (the trials
+        compete with the workers for the one core Python runs on)."""
+        next_trial = 0.0
+        while not coord.wait_for_stop(0.05):
+            started = time.time()
+            if started >= next_trial and self.try_candidate(sess, log, coord.should_stop) is not None:
+                next_trial = started + max(min_interval_s, 10 * (time.time() - started))
+
+    def try_candidate(self, sess, log: "EpisodeLog", should_stop,
+                      final: bool = False) -> typing.Optional[bool]:
+        """If the best mean-100 has risen since the last candidate (or, final, the run has a full
+        mean-100 at all), take the global net as a candidate and try it: True if it became the
+        best, False if not, None if there was no candidate."""
+        if final:
+            progress = log.progress()
+            running, episode, env_steps = progress["running"], progress["episodes"], progress["env_steps"]
+            if episode < RUNNING_WINDOW:
+                return None
+        else:
+            running, episode, env_steps = log.best()
+            if not running > self.best_tried:
+                return None
+        sess.run(self.take_candidate)
+        self.best_tried = max(self.best_tried, running)
+        score = self.play(should_stop) if self.trial_envs else running
+        if score is None or not score > self.best_score:
             return False
-        self.written_at = time.time()  # a failing write waits for the next interval too
+        sess.run(self.promote)
+        self.best_score = score
+        self.unwritten = {"score": score, "trial_episodes": len(self.trial_envs),
+                          "mean_100": running, "episode": episode, "env_steps": env_steps}
+        attempt("write the best checkpoint", self.write, sess)
+        return True
+
+    def try_final(self, sess, log: "EpisodeLog", time_limit_s: float = 60.0) -> None:
+        """At the end of a run: try the final net too (an annealed run often ends at its best),
+        then write a best whose write had failed."""
+        deadline = time.time() + time_limit_s
+        self.try_candidate(sess, log, lambda: time.time() > deadline, final=True)
+        self.write(sess)
+
+    def play(self, should_stop) -> typing.Optional[float]:
+        """The candidate's mean raw return over one episode on each trial env, all stepped
+        together (None if should_stop() said so first)."""
+        envs = self.trial_envs
+        obs = np.stack([env.reset(seed=TRIAL_SEED + k)[0] for k, env in enumerate(envs)])
+        obs = obs.astype(np.float32)
+        returns, playing = np.zeros(len(envs)), np.ones(len(envs), bool)
+        while playing.any():
+            if should_stop():
+                return None
+            live = np.flatnonzero(playing)
+            (actions,) = self.greedy(obs[live])
+            for k, action in zip(live, actions):
+                obs[k], reward, terminated, truncated, _ = envs[k].step(action)
+                returns[k] += reward
+                playing[k] = not (terminated or truncated)
+        return float(returns.mean())
+
+    def write(self, sess) -> bool:
+        """Write the best not yet on disk; True if it did."""
+        if self.unwritten is None:
+            return False
         os.makedirs(self.folder, exist_ok=True)  # the Saver makes no folders of its own
         path = self.saver.save(sess, os.path.join(self.folder, "model"),
-                               global_step=self.snapped["env_steps"], write_meta_graph=False)
-        info = {**self.snapped, "checkpoint": os.path.basename(path)}
+                               global_step=self.unwritten["env_steps"], write_meta_graph=False)
+        info = {**self.unwritten, "checkpoint": os.path.basename(path)}
         write_atomically(os.path.join(self.folder, BEST_INFO), json.dumps(info))
-        self.on_disk, self.snapped = info, None
+        self.on_disk, self.unwritten = info, None
         return True
+
+    def close(self) -> None:
+        for env in self.trial_envs:
+            env.close()
 
     def describe(self, log: "EpisodeLog") -> str:
         """The summary's line about the best agent, from what is on disk."""
         if self.on_disk is not None:
-            return (f"best mean-100 {self.on_disk['mean_100']:.1f} at episode "
-                    f"{self.on_disk['episode']:,}; its checkpoint (what --eval plays) is in "
-                    f"{self.folder}")
+            return (f"best agent: {describe_best(self.on_disk)}; its checkpoint (what --eval "
+                    f"plays) is in {self.folder}")
         if log.episodes < RUNNING_WINDOW:
             return f"no best checkpoint: fewer than {RUNNING_WINDOW} episodes, so no full mean-100"
         return ("no best checkpoint: none could be written (see the warnings above), or the "
-                "run's best mean-100 predates best checkpoints and was not beaten")
+                "run's best predates best checkpoints and was not beaten")
+
+
+EVAL_SEED = 10_000   # --eval's episode k starts from this seed + k
+TRIAL_SEED = 20_000  # a best-agent trial's episode k from this one + k: the two never meet
+
+
+def best_score(info: dict) -> float:
+    """What a best.json's agent scored: its trial return, or its mean-100 (no trials, or a
+    best.json written before trials)."""
+    return float(info.get("score", info["mean_100"]))
+
+
+def describe_best(info: dict) -> str:
+    taken = f"the net of episode {info['episode']:,} (mean-100 {info['mean_100']:.1f})"
+    if info.get("trial_episodes"):
+        return (f"deterministic return {info['score']:.1f} over {info['trial_episodes']} trial "
+                f"episodes, {taken}")
+    return f"best mean-100 {info['mean_100']:.1f} at episode {info['episode']:,}"
 
 
 def adopt_checkpoints(saver, folder: str) -> None:
@@ -1096,7 +1218,7 @@ def read_best_info(best_folder: str) -> typing.Optional[dict]:
         with open(os.path.join(best_folder, BEST_INFO)) as f:
             info = json.load(f)
         checkpoint = os.path.join(best_folder, info["checkpoint"])
-        float(info["mean_100"]), int(info["episode"])
+        float(info["mean_100"]), int(info["episode"]), best_score(info)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return info if os.path.exists(checkpoint + ".index") else None
@@ -1177,8 +1299,7 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
         info = read_best_info(best_folder)
         if info is None or info["checkpoint"] != os.path.basename(path):
             return path, "the best checkpoint (its best.json describes another one)"
-        return path, (f"the best checkpoint (mean-100 {info['mean_100']:.1f} at episode "
-                      f"{info['episode']:,})")
+        return path, f"the best checkpoint ({describe_best(info)})"
     if os.path.isdir(which):  # a checkpoint folder, such as the summary's best/
         return latest_checkpoint(which), which
     if not os.path.exists(which + ".index"):
@@ -1242,12 +1363,13 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     return result
 
 
-def run_greedy_episodes(env, greedy, episodes: int, record: bool) -> tuple[list, list]:
-    """Play `episodes` episodes with the greedy policy: their raw returns, and the first
-    episode's frames when recording."""
+def run_greedy_episodes(env, greedy, episodes: int, record: bool,
+                        first_seed: int = EVAL_SEED) -> tuple[list, list]:
+    """Play `episodes` episodes with the greedy policy, episode k from seed first_seed + k: their
+    raw returns, and the first episode's frames when recording."""
     returns, frames = [], []
     for episode in range(episodes):
-        obs, _ = env.reset(seed=10_000 + episode)
+        obs, _ = env.reset(seed=first_seed + episode)
         total, done = 0.0, False
         while not done:
             if record and episode == 0:
@@ -1362,7 +1484,7 @@ def parse_args(argv):
 
 
 RESUMABLE_FIELDS = ("max_episodes", "max_steps", "log_every_s", "checkpoint_every_s",
-                    "best_checkpoint_every_s", "keep_checkpoints", "pin_threads", "anneal_lr")
+                    "best_checkpoint_every_s", "best_trial_episodes", "keep_checkpoints", "pin_threads", "anneal_lr")
 FLAG_FIELDS = ("workers", "max_episodes", "max_steps", "seed")  # --max-steps N is --set max_steps=N
 
 

@@ -161,7 +161,22 @@ class InterruptingEnv(CountdownEnv):
         return super().step(action)
 
 
-for name, cls in (("Countdown", CountdownEnv), ("Failing", FailingEnv), ("BoxAction", BoxActionEnv),
+class PickOneEnv(gym.Env):
+    """One-step episodes: reward 1 for action 1, 0 for action 0. A deterministic policy's mean
+    return is 1 or 0 by which of its two logits is larger."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(4, np.float32), float(action == 1), True, False, {}
+
+
+for name, cls in (("Countdown", CountdownEnv), ("PickOne", PickOneEnv), ("Failing", FailingEnv), ("BoxAction", BoxActionEnv),
                   ("NaNReward", NaNRewardEnv), ("ShiftedDiscrete", ShiftedDiscreteEnv),
                   ("Recording", RecordingEnv), ("Interrupting", InterruptingEnv),
                   ("MultiDiscrete", MultiDiscreteEnv), ("Image", ImageEnv)):

@@ -32,15 +32,39 @@ def trained_run(trained_run_and_console):
 
 def test_the_summary_names_the_best_checkpoint_written_at_the_end(trained_run_and_console):
     summary, console = trained_run_and_console
-    mean_100, episode = best_of_the_csv(summary["run_dir"])
-    assert console.splitlines()[-2] == (
-        f"best mean-100 {mean_100:.1f} at episode {episode:,}; its checkpoint (what --eval "
-        f"plays) is in {summary['best_checkpoint']}")
     assert summary["best_checkpoint"] == os.path.join(summary["run_dir"], "checkpoints", "best")
     with open(os.path.join(summary["best_checkpoint"], a3c.BEST_INFO)) as f:
         info = json.load(f)
-    assert info["mean_100"] == pytest.approx(mean_100, abs=1e-4) and info["episode"] == episode
+    assert console.splitlines()[-2] == (
+        f"best agent: deterministic return {info['score']:.1f} over 20 trial episodes, the net "
+        f"of episode {info['episode']:,} (mean-100 {info['mean_100']:.1f}); its checkpoint "
+        f"(what --eval plays) is in {summary['best_checkpoint']}")
+    rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+    assert info["episode"] >= 100 and info["trial_episodes"] == 20
+    assert info["mean_100"] == pytest.approx(rows["running_return"][info["episode"] - 1], abs=1e-4)
+    assert 8.0 <= info["score"] <= 500.0, "CartPole returns lie in [8, 500]"
     assert a3c.latest_checkpoint(summary["best_checkpoint"]).endswith(info["checkpoint"])
+
+
+def test_the_best_checkpoint_plays_its_trial_score_again(trained_run):
+    """What best/ holds is the very net that scored best.json's score in its trials."""
+    env_id, cfg = a3c.read_run(trained_run)
+    folder = os.path.join(trained_run, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER)
+    with open(os.path.join(folder, a3c.BEST_INFO)) as f:
+        info = json.load(f)
+    env = a3c.make_env(env_id, cfg)
+    spec = a3c.env_spec(env, env_id)
+    graph = a3c.tf.Graph()
+    with graph.as_default():
+        net = a3c.ACNet("global", spec, cfg)
+        saver = a3c.v1.train.Saver(var_list=net.actor_params + net.critic_params)
+    with a3c.v1.Session(graph=graph) as sess:
+        saver.restore(sess, a3c.latest_checkpoint(folder))
+        greedy = sess.make_callable(net.policy.greedy_action, feed_list=[net.obs])
+        returns, _ = a3c.run_greedy_episodes(env, greedy, info["trial_episodes"], False,
+                                             first_seed=a3c.TRIAL_SEED)
+    env.close()
+    assert np.mean(returns) == pytest.approx(info["score"], rel=1e-6)
 
 
 def test_a_short_run_says_it_has_no_best_checkpoint(tmp_path):
@@ -98,8 +122,8 @@ def test_a_restore_brings_back_the_global_net_its_rmsprop_slots_and_the_step_cou
     spec = a3c.env_spec(a3c.make_env(env_id, cfg), env_id)
     graph = a3c.tf.Graph()
     with graph.as_default():
-        a3c.build_graph(spec, cfg)
-        checkpoints = a3c.Checkpoints(trained_run, cfg, env_id)
+        global_net, _ = a3c.build_graph(spec, cfg)
+        checkpoints = a3c.Checkpoints(trained_run, cfg, env_id, global_net, spec)
         init = a3c.v1.global_variables_initializer()
     sess = a3c.v1.Session(graph=graph)
     sess.run(init)
@@ -112,6 +136,7 @@ def test_a_restore_brings_back_the_global_net_its_rmsprop_slots_and_the_step_cou
     assert checkpoints.restore(sess) == int(latest.rsplit("-", 1)[1])
     restored = dict(zip(names, sess.run(checkpoints.shared)))
     sess.close()
+    checkpoints.best.close()
     for name in names:
         stored = a3c.v1.train.load_variable(latest, name)
         assert np.array_equal(restored[name], stored), name
@@ -280,7 +305,7 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp
     assert before > 0
 
     assert before > 100 and a3c.main(["--eval", run_dir, "--episodes", "1"]) == 0
-    assert "the best checkpoint (mean-100" in capsys.readouterr().out, "readable after kill -9"
+    assert "the best checkpoint (deterministic return" in capsys.readouterr().out, "readable after kill -9"
 
     assert a3c.main(["--resume", run_dir, "--max-episodes", str(before + 30), "--no-plot"]) == 0
     rows = read_rows(run_dir)[1:]
@@ -569,76 +594,123 @@ def test_a_checkpoint_written_before_rmsprop_slots_were_saved_still_resumes(trai
     assert any("RMSProp" in name for name, _ in a3c.v1.train.list_variables(resumed))
 
 
-def test_the_best_checkpoint_holds_the_net_of_the_moment_the_mean_100_improved(tmp_path):
+def best_agent_fixture(tmp_path, **overrides):
+    """A graph whose global net plays PickOne-v0 (return 1 or 0 by which logit is larger), its
+    Checkpoints, a session and an EpisodeLog to feed mean-100s by hand."""
     import config as config_module
 
-    cfg = config_module.Config(workers=1, actor_hidden=(4,), critic_hidden=(4,), max_episodes=None,
-                               max_steps=10**9)
-    spec = a3c.EnvSpec("test", 4, True, 2, None, None)
+    settings = dict(workers=1, actor_hidden=(4,), critic_hidden=(4,), max_episodes=None,
+                    max_steps=10**9, best_trial_episodes=3)
+    cfg = config_module.Config(**{**settings, **overrides})
+    env_id = "A3CTest/PickOne-v0"
+    spec = a3c.env_spec(a3c.make_env(env_id, cfg), env_id)
     graph = a3c.tf.Graph()
     with graph.as_default():
         global_net, _ = a3c.build_graph(spec, cfg)
-        checkpoints = a3c.Checkpoints(str(tmp_path), cfg, "test")
+        checkpoints = a3c.Checkpoints(str(tmp_path), cfg, env_id, global_net, spec)
         init = a3c.v1.global_variables_initializer()
     sess = a3c.v1.Session(graph=graph)
     sess.run(init)
+    checkpoints.best.prepare(sess)
     writer = a3c.v1.summary.FileWriter(str(tmp_path / "events"))
     log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
-    best = checkpoints.best
-    weight = global_net.actor_params[0]
-    start = sess.run(weight)
+    (bias,) = [v for v in global_net.actor_params if v.op.name == "global/actor/logits/b"]
 
-    def on_disk():
-        path = a3c.latest_checkpoint(best.folder)
-        with open(os.path.join(best.folder, a3c.BEST_INFO)) as f:
-            info = json.load(f)
-        assert info["checkpoint"] == os.path.basename(path)
-        return (info["mean_100"], info["episode"], info["env_steps"],
-                a3c.v1.train.load_variable(path, weight.op.name))
+    def prefer(action):  # the deterministic policy picks `action` in every state
+        bias.load(np.array([5.0, 0.0] if action == 0 else [0.0, 5.0], np.float32), sess)
 
-    def play(returns):
+    def play(returns):  # episodes of the stochastic policy, as the workers would log them
         for episode_return in returns:
             log.add_steps(10)
             log.record(0, episode_return, 10, 0.0, 0.0)
 
-    def step_the_net(delta):
-        weight.load(sess.run(weight) + delta, sess)
+    def on_disk():
+        path = a3c.latest_checkpoint(checkpoints.best.folder)
+        with open(os.path.join(checkpoints.best.folder, a3c.BEST_INFO)) as f:
+            info = json.load(f)
+        assert info["checkpoint"] == os.path.basename(path)
+        return info, a3c.v1.train.load_variable(path, bias.op.name)
 
+    def close():
+        checkpoints.best.close()
+        log.close()
+        writer.close()
+        sess.close()
+    return checkpoints.best, sess, log, prefer, play, on_disk, close
+
+
+def never():
+    return False
+
+
+def test_the_best_checkpoint_is_the_candidate_that_played_best_in_its_trials(tmp_path):
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    prefer(0)
     play([1.0] * 99)
-    best.note(sess, log)
-    assert not best.write(sess), "no full mean-100 yet: nothing to write"
+    assert best.try_candidate(sess, log, never) is None, "no full mean-100 yet: no candidate"
+    assert not os.path.exists(best.folder)
     play([1.0])
-    best.note(sess, log)  # the best improved: the net of this moment is snapshot ...
-    step_the_net(1.0)  # ... and moves on before the write
-    assert best.write(sess)
-    mean_100, episode, env_steps, weights = on_disk()
-    assert (mean_100, episode, env_steps) == (1.0, 100, 1000)
-    np.testing.assert_array_equal(weights, start)
+    assert best.try_candidate(sess, log, never) is True, "the first candidate is the best so far"
+    info, stored_bias = on_disk()
+    assert (info["score"], info["trial_episodes"], info["mean_100"], info["episode"],
+            info["env_steps"]) == (0.0, 3, 1.0, 100, 1000)
+    np.testing.assert_array_equal(stored_bias, [5.0, 0.0])
 
-    play([0.0] * 5)  # the mean-100 falls: nothing is snapshot or written
-    best.note(sess, log)
-    assert not best.write(sess)
-    np.testing.assert_array_equal(on_disk()[3], start)
+    prefer(1)  # a better net, but the mean-100 has not risen: no candidate, nothing written
+    play([0.0])
+    assert best.try_candidate(sess, log, never) is None
+    assert on_disk()[0]["episode"] == 100
 
-    play([50.0])  # a new best within the rate limit: snapshot now, written later
-    best.note(sess, log)
-    step_the_net(1.0)
-    assert not best.write(sess, min_interval_s=3600)
-    assert best.write(sess)
-    mean_100, episode, env_steps, weights = on_disk()
-    assert mean_100 == pytest.approx((94 * 1.0 + 5 * 0.0 + 50.0) / 100)
-    assert (episode, env_steps) == (106, 1060)
-    np.testing.assert_array_equal(weights, start + 1.0)
+    play([50.0])  # a new best mean-100: the net of this moment plays 1 in its trials and wins
+    assert best.try_candidate(sess, log, never)
+    info, stored_bias = on_disk()
+    assert (info["score"], info["episode"], info["env_steps"]) == (1.0, 102, 1020)
+    assert info["mean_100"] == pytest.approx((98 * 1.0 + 0.0 + 50.0) / 100)
+    np.testing.assert_array_equal(stored_bias, [0.0, 5.0])
+
+    prefer(0)  # a higher mean-100 whose net plays worse: tried, not kept
+    play([90.0])
+    assert best.try_candidate(sess, log, never) is False, "tried, not kept"
+    assert best.best_tried == pytest.approx(log.best()[0]), "it was tried"
+    info, stored_bias = on_disk()
+    assert info["episode"] == 102
+    np.testing.assert_array_equal(stored_bias, [0.0, 5.0])
+
+    best.try_final(sess, log)  # the final net plays 0 as well: best/ stays
+    assert on_disk()[0]["episode"] == 102
+    prefer(1)
+    play([0.0])
+    best.best_score = 0.5  # had the best scored less, the final net (it plays 1) would win
+    best.try_final(sess, log)
+    info, _ = on_disk()
+    assert (info["episode"], info["score"]) == (104, 1.0)
+    assert info["mean_100"] == pytest.approx(log.progress()["running"])
     assert len(glob.glob(os.path.join(best.folder, "model-*.index"))) == 1, "only the best is kept"
-    log.close()
-    writer.close()
-    sess.close()
+    close()
 
 
-def best_of_the_csv(run_dir):
-    rows = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
-    best = int(np.argmax(rows["running_return"][99:])) + 99
-    return float(rows["running_return"][best]), int(rows["episode"][best])
+def test_a_trial_cut_short_by_the_end_of_training_keeps_the_best_it_had(tmp_path):
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    prefer(1)
+    play([1.0] * 100)
+    assert best.try_candidate(sess, log, lambda: True) is False, "stopped before it played"
+    assert best.unwritten is None and not os.path.exists(best.folder)
+    close()
+
+
+def test_without_trials_the_best_is_the_net_at_the_best_mean_100(tmp_path):
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path, best_trial_episodes=0)
+    prefer(1)
+    play([1.0] * 100)
+    assert best.try_candidate(sess, log, never)
+    prefer(0)  # plays worse, but its mean-100 is higher: without trials that is all that counts
+    play([9.0])
+    assert best.try_candidate(sess, log, never)
+    info, stored_bias = on_disk()
+    assert info["score"] == info["mean_100"] == pytest.approx(1.08) and info["episode"] == 101
+    np.testing.assert_array_equal(stored_bias, [5.0, 0.0])
+    assert a3c.describe_best(info) == "best mean-100 1.1 at episode 101"
+    close()
 
 
 @pytest.mark.parametrize("best_folder", ["missing", "empty"])
@@ -675,7 +747,7 @@ def test_eval_plays_the_best_checkpoint_unless_told_otherwise(trained_run, capsy
         info = json.load(f)
     assert a3c.main(["--eval", trained_run, "--episodes", "1"]) == 0
     out = capsys.readouterr().out
-    assert f"the best checkpoint (mean-100 {info['mean_100']:.1f} at episode" in out
+    assert f"the best checkpoint (deterministic return {info['score']:.1f} over 20 trial" in out
     assert a3c.latest_checkpoint(best_folder) in out
     assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", "latest"]) == 0
     out = capsys.readouterr().out

@@ -279,6 +279,31 @@ def test_a_state_dependent_sigma_depends_on_the_state():
     np.testing.assert_allclose(np.median(state_sigma), 0.7 * 2, rtol=0.2)  # initial_sigma x half range
 
 
+def test_scale_obs_maps_finite_bounds_to_unit_range_and_leaves_infinite_ones():
+    low = np.array([-1.0, 0.0, -np.inf, -8.0])
+    high = np.array([1.0, 10.0, np.inf, 8.0])
+    spec = dataclasses.replace(discrete_spec(3), obs_low=low, obs_high=high)
+    obs = np.array([[0.5, 10.0, 123.0, -8.0], [-1.0, 2.5, -7.0, 4.0]], np.float32)
+    by_hand = np.array([[0.5, 1.0, 123.0, -1.0], [-1.0, -0.5, -7.0, 0.5]], np.float32)
+
+    def build():
+        scaled = a3c.ACNet("scaled", spec, Config(scale_obs=True))
+        with v1.variable_scope("", reuse=True):  # the same weights, fed the scaled obs by hand
+            plain = a3c.ACNet("scaled", spec, Config(scale_obs=False))
+        return ((scaled.value, scaled.policy.logits), {scaled.obs: obs},
+                (plain.value, plain.policy.logits), {plain.obs: by_hand})
+
+    with tf.Graph().as_default():
+        scaled_fetch, scaled_feed, plain_fetch, plain_feed = build()
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            got, want = sess.run(scaled_fetch, scaled_feed), sess.run(plain_fetch, plain_feed)
+            unscaled = sess.run(plain_fetch, {plain_feed_key: obs for plain_feed_key in plain_feed})
+    for g, w, u in zip(got, want, unscaled):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(g, u, rtol=1e-3), "the scaling changed what the net sees"
+
+
 class SessionWithoutCppCallables:
     """The real session, seen as a TensorFlow that lacks Session._make_callable_from_options."""
 
