@@ -1092,6 +1092,7 @@ class BestCheckpoint:
             pass
         self.unwritten = None  # the label of a best not yet on disk (its write failed)
         self.best_score = best_score(self.on_disk) if self.on_disk else -math.inf
+        self.best_mean_100 = self.on_disk["mean_100"] if self.on_disk else -math.inf  # the best one's
         self.best_tried = self.on_disk["mean_100"] if self.on_disk else -math.inf  # a mean-100
 
     def prepare(self, sess) -> None:
@@ -1125,14 +1126,22 @@ class BestCheckpoint:
         sess.run(self.take_candidate)
         self.best_tried = max(self.best_tried, running)
         score = self.play(should_stop) if self.trial_envs else running
-        if score is None or not score > self.best_score:
+        if score is None or not self.beats_the_best(score, running):
             return False
         sess.run(self.promote)
-        self.best_score = score
+        self.best_score, self.best_mean_100 = score, running
         self.unwritten = {"score": score, "trial_episodes": len(self.trial_envs),
                           "mean_100": running, "episode": episode, "env_steps": env_steps}
         attempt("write the best checkpoint", self.write, sess)
         return True
+
+    def beats_the_best(self, score: float, running: float) -> bool:
+        """A higher trial score wins; an equal one (CartPole's nets often all play 500) wins with
+        a higher mean-100, the evidence of more episodes: a net that only just reached the cap
+        in its trials is often less sure of it than the ones that keep it up."""
+        if score != self.best_score:
+            return score > self.best_score
+        return bool(self.trial_envs) and running > self.best_mean_100
 
     def try_final(self, sess, log: "EpisodeLog", time_limit_s: float = 60.0) -> None:
         """At the end of a run: try the final net too (an annealed run often ends at its best),

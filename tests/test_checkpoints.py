@@ -689,6 +689,20 @@ def test_the_best_checkpoint_is_the_candidate_that_played_best_in_its_trials(tmp
     close()
 
 
+def test_a_tie_in_the_trials_goes_to_the_candidate_with_the_higher_mean_100(tmp_path):
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    prefer(1)
+    play([1.0] * 100)
+    assert best.try_candidate(sess, log, never) is True
+    play([2.0])  # a higher mean-100, and its net plays as well: the newer one is kept
+    assert best.try_candidate(sess, log, never) is True
+    assert on_disk()[0]["episode"] == 101
+    play([-500.0])
+    best.try_final(sess, log)  # the final net plays as well too, but its mean-100 is lower
+    assert on_disk()[0]["episode"] == 101
+    close()
+
+
 def test_a_trial_cut_short_by_the_end_of_training_keeps_the_best_it_had(tmp_path):
     best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
     prefer(1)
