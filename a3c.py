@@ -10,7 +10,7 @@ One graph, one Session. A global ACNet lives on the CPU; each worker thread owns
   3. computes n-step returns R_t = r_t + g r_t+1 + ... + g^k V(s_t+k), bootstrapping from V at
      the rollout's end and at time-limit cuts, from 0 only where an episode really terminated,
   4. pushes the clipped gradients of its actor and critic losses to the global net through two
-     RMSProp optimisers.
+     RMSProp optimisers (one, on one combined loss, for Atari's CNN shared by both heads).
 
 The sections below follow that order: settings, environments, networks, the worker loop, the
 training driver, the command line. Hyperparameters live in config.py.
@@ -91,7 +91,7 @@ class WorkerError(Exception):
 class EnvSpec:
     """What the networks need to know about an environment."""
     env_id: str
-    obs_dim: int
+    obs_dim: int            # flat observations: their size
     discrete: bool
     n_actions: int          # discrete: number of actions; continuous: action dimensions
     action_low: np.ndarray  # continuous only
@@ -99,6 +99,142 @@ class EnvSpec:
     action_start: int = 0   # discrete: the env's first action (Discrete(n, start=s) takes s..s+n-1)
     obs_low: np.ndarray = None   # the observation space's bounds (may be infinite)
     obs_high: np.ndarray = None
+    image_shape: tuple = None    # Atari: (frames stacked, height, width) of uint8 pixels
+
+    @property
+    def image(self) -> bool:
+        return self.image_shape is not None
+
+    @property
+    def obs_shape(self) -> tuple:
+        return self.image_shape if self.image else (self.obs_dim,)
+
+    @property
+    def obs_dtype(self):
+        return np.uint8 if self.image else np.float32
+
+
+ATARI_PREFIX = "ALE/"  # gymnasium's ids of ale-py's Atari games: ALE/Pong-v5, ALE/Breakout-v5, ...
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith(ATARI_PREFIX)
+
+
+class GymEnvs:
+    """A worker's environments as a batch: gymnasium envs stepped one after the other in this
+    thread. step() gives each env's next observation (the final one where an episode ended);
+    restart(k) starts env k's next episode and gives its first observation."""
+
+    def __init__(self, env_id: str, cfg: Config, count: int, render_mode: str = None):
+        self.envs = []
+        try:
+            for _ in range(count):
+                self.envs.append(make_env(env_id, cfg, render_mode))
+        except BaseException:  # a failure (or Ctrl-C) part-way leaves none of them open
+            self.close()
+            raise
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+
+    def __len__(self) -> int:
+        return len(self.envs)
+
+    def reset(self, seeds) -> np.ndarray:
+        first = [env.reset(seed=int(seed))[0] for env, seed in zip(self.envs, seeds)]
+        for env, seed in zip(self.envs, seeds):
+            env.action_space.seed(int(seed))
+        return np.stack(first)
+
+    def step(self, actions):
+        next_obs, rewards, terminated, truncated, _ = zip(
+            *[env.step(action) for env, action in zip(self.envs, actions)])
+        return next_obs, np.array(rewards), terminated, truncated
+
+    def restart(self, k: int):
+        return self.envs[k].reset()[0]
+
+    def render(self):
+        return self.envs[0].render()
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class AtariEnvs:
+    """A worker's Atari games as one ale-py AtariVectorEnv: its C++ threads (atari_threads of
+    them) step the games and do the standard preprocessing there: 4 frames skipped per
+    action with the last two max-pooled, 84x84 grayscale, the last 4 stacked, up to 30 no-op
+    starts, FIRE at reset where the game needs it, the minimal action set. An episode is a whole
+    game (all lives); rewards are the raw score (clipping is for learning, in the worker)."""
+
+    def __init__(self, env_id: str, cfg: Config, count: int):
+        game, _ = atari_game(env_id)
+        self.game = game
+        from ale_py.vector_env import AtariVectorEnv
+        frames = 108_000 if cfg.max_episode_steps is None else cfg.max_episode_steps * 4
+        self.vector = AtariVectorEnv(
+            game, count, num_threads=cfg.atari_threads, frameskip=4, maxpool=True, stack_num=4,
+            img_height=84, img_width=84, grayscale=True, noop_max=30, episodic_life=False,
+            reward_clipping=False, repeat_action_probability=cfg.repeat_action_probability,
+            full_action_space=False, max_num_frames_per_episode=frames,
+            autoreset_mode="SameStep")
+        self.observation_space = self.vector.single_observation_space
+        self.action_space = self.vector.single_action_space
+        self.count = count
+        self.restarted = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def reset(self, seeds) -> np.ndarray:
+        # ALE takes C++ ints: seeds past 2**31 - 1 (a resumed part's, a large --seed) wrap round
+        obs, _ = self.vector.reset(seed=np.asarray(seeds, np.int64) % 2 ** 31)
+        self.restarted = obs
+        return obs
+
+    def step(self, actions):
+        obs, rewards, terminated, truncated, info = self.vector.step(
+            np.asarray(actions, np.int32))
+        self.restarted = obs  # where an episode ended, the next one has already begun
+        ended = terminated | truncated
+        if ended.any():  # the step's own observation is the final one of the ended game
+            obs = np.where(ended[:, None, None, None], info["final_obs"], obs)
+        return obs, rewards.astype(np.float64), terminated, truncated
+
+    def restart(self, k: int):
+        return self.restarted[k]
+
+    def render(self):
+        """The newest preprocessed 84x84 frame of env 0 (ALE's vector env keeps no screen)."""
+        return self.restarted[0, -1].copy()
+
+    def close(self) -> None:
+        self.vector.close()
+
+
+def atari_game(env_id: str) -> tuple[str, dict]:
+    """ale-py's game name for an ALE/...-v5 id, and the id's registered settings."""
+    if not env_id.endswith("-v5"):
+        raise UsageError(f"{env_id}: only the ALE/<Game>-v5 ids are supported (their rules: "
+                         f"frame skip 4, minimal action set); use "
+                         f"{ATARI_PREFIX}{env_id[len(ATARI_PREFIX):].rsplit('-', 1)[0]}-v5")
+    try:
+        import ale_py
+        gym.register_envs(ale_py)
+        registered = gym.spec(env_id)
+    except ImportError:
+        raise UsageError(f"{env_id} needs ale-py: pip install -r requirements.txt") from None
+    except Exception as exc:
+        raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
+                         f"(gymnasium.pprint_registry() lists the known ids)") from None
+    return registered.kwargs["game"], registered.kwargs
+
+
+def make_envs(env_id: str, cfg: Config, count: int):
+    """count environments of env_id as one batch (AtariEnvs for ALE ids, else GymEnvs)."""
+    return AtariEnvs(env_id, cfg, count) if is_atari(env_id) else GymEnvs(env_id, cfg, count)
 
 
 def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
@@ -114,15 +250,19 @@ def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
                          f"(gymnasium.pprint_registry() lists the known ids)") from exc
 
 
-def env_spec(env: gym.Env, env_id: str) -> EnvSpec:
-    """Read the spaces, or refuse the ones this trainer has no network for."""
+def env_spec(env, env_id: str) -> EnvSpec:
+    """Read the spaces of an env (or a batch of them), or refuse the ones this trainer has no
+    network for."""
     obs_space, act_space = env.observation_space, env.action_space
+    if isinstance(env, AtariEnvs):
+        return EnvSpec(env_id, 0, True, int(act_space.n), None, None, image_shape=obs_space.shape)
     if not isinstance(obs_space, gym.spaces.Box):
         raise UsageError(f"{env_id}: observation space {obs_space} is not supported "
                          f"(only flat Box observations)")
     if len(obs_space.shape) != 1:
-        raise UsageError(f"{env_id}: image observations {obs_space} are not supported yet "
-                         f"(only flat Box observations; Atari needs the CNN network)")
+        raise UsageError(f"{env_id}: image observations {obs_space} are supported for Atari "
+                         f"games only (ALE/<Game>-v5 ids, preprocessed by ale-py); other envs "
+                         f"need flat Box observations")
     bounds = dict(obs_low=obs_space.low.astype(np.float64), obs_high=obs_space.high.astype(np.float64))
     if isinstance(act_space, gym.spaces.Discrete):
         return EnvSpec(env_id, obs_space.shape[0], True, int(act_space.n), None, None,
@@ -155,11 +295,13 @@ def scaled_observations(obs, spec: EnvSpec, cfg: Config):
     if not cfg.scale_obs or spec.obs_low is None:
         return obs
     low, high = spec.obs_low, spec.obs_high
-    finite = np.isfinite(low) & np.isfinite(high) & (high > low)
+    # bounds past 1e6 stand for "unbounded" (some envs write float32's largest number)
+    finite = (np.abs(low) < 1e6) & (np.abs(high) < 1e6) & (high > low)
     if not finite.any():
         return obs
-    centre = np.where(finite, (high + low) / 2, 0.0).astype(np.float32)
-    inverse_half_range = np.where(finite, 2 / np.where(finite, high - low, 1.0), 1.0).astype(np.float32)
+    low, high = np.where(finite, low, -1.0), np.where(finite, high, 1.0)  # the others: x as it is
+    centre = ((high + low) / 2).astype(np.float32)
+    inverse_half_range = (2 / (high - low)).astype(np.float32)
     return (obs - centre) * inverse_half_range
 
 
@@ -224,17 +366,59 @@ class SoftmaxPolicy:
         return tf.reduce_sum(self.log_probs * tf.one_hot(actions, tf.shape(self.logits)[1]), axis=1)
 
 
-def build_actor(obs, spec: EnvSpec, cfg: Config):
+def build_actor(features, spec: EnvSpec, cfg: Config, hidden: tuple = None):
     with v1.variable_scope("actor"):
-        features = mlp(obs, cfg.actor_hidden, "mlp")
+        features = mlp(features, cfg.actor_hidden if hidden is None else hidden, "mlp")
         policy_class = SoftmaxPolicy if spec.discrete else GaussianPolicy
         return policy_class(features, spec, cfg)
 
 
-def build_critic(obs, cfg: Config):
-    """V(obs). Built once per input tensor; AUTO_REUSE makes every call share one set of weights."""
+def build_critic(features, cfg: Config, hidden: tuple = None):
+    """V(features). Built once per input tensor; AUTO_REUSE makes every call share one set of weights."""
     with v1.variable_scope("critic", reuse=v1.AUTO_REUSE):
-        return tf.squeeze(dense(mlp(obs, cfg.critic_hidden, "mlp"), 1, "v", gain=1.0), axis=1)
+        features = mlp(features, cfg.critic_hidden if hidden is None else hidden, "mlp")
+        return tf.squeeze(dense(features, 1, "v", gain=1.0), axis=1)
+
+
+CNN_LAYERS = {  # (filters, kernel, stride) of each convolution, then the dense layer's size
+    "a3c": ([(16, 8, 4), (32, 4, 2)], 256),                 # the A3C paper (Mnih et al. 2016)
+    "nature": ([(32, 8, 4), (64, 4, 2), (64, 3, 1)], 512),  # the DQN Nature paper (2015)
+}
+
+
+def conv(x, filters, kernel, stride, name):
+    """A ReLU convolution from get_variable + conv2d, VALID padding (as both papers)."""
+    w = v1.get_variable(f"{name}/w", [kernel, kernel, x.shape[-1], filters],
+                        initializer=v1.orthogonal_initializer(np.sqrt(2)))
+    b = v1.get_variable(f"{name}/b", [filters], initializer=v1.zeros_initializer())
+    return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, [1, stride, stride, 1], "VALID"), b))
+
+
+def cnn_trunk(obs, cfg: Config):
+    """uint8 frames [B, stack, 84, 84] -> features [B, hidden]. The bytes are cast and scaled to
+    [0, 1] here, in the graph: a worker's buffers stay uint8, a quarter of float32's size."""
+    x = tf.cast(obs, tf.float32) * (1.0 / 255.0)
+    x = tf.transpose(x, [0, 2, 3, 1])  # channels last: TensorFlow's CPU conv2d has no NCHW kernel
+    layers, hidden = CNN_LAYERS[cfg.cnn]
+    for i, (filters, kernel, stride) in enumerate(layers):
+        x = conv(x, filters, kernel, stride, f"conv{i}")
+    x = tf.reshape(x, [-1, int(np.prod(x.shape[1:]))])
+    return dense(x, hidden, "fc", tf.nn.relu)
+
+
+def network_input(obs, spec: EnvSpec, cfg: Config):
+    """What the heads see: image observations go through the shared CNN trunk (built once per
+    input tensor, its weights shared by every call); flat ones reach the separate actor and
+    critic MLPs as they are (or scaled, with scale_obs)."""
+    if spec.image:
+        with v1.variable_scope("trunk", reuse=v1.AUTO_REUSE):
+            return cnn_trunk(obs, cfg)
+    return scaled_observations(obs, spec, cfg)
+
+
+def head_sizes(spec: EnvSpec, cfg: Config) -> tuple:
+    """Hidden layers of the (actor, critic) heads: none on top of the CNN trunk's dense layer."""
+    return ((), ()) if spec.image else (cfg.actor_hidden, cfg.critic_hidden)
 
 
 def n_step_returns(rewards, next_values, terminated, ended, gamma):
@@ -276,29 +460,44 @@ class ACNet:
     """
 
     def __init__(self, scope: str, spec: EnvSpec, cfg: Config, global_net: "ACNet" = None,
-                 actor_optimizer=None, critic_optimizer=None):
+                 optimizers: list = None):
         self.scope = scope
+        actor_hidden, critic_hidden = head_sizes(spec, cfg)
         with v1.variable_scope(scope):
-            self.obs = v1.placeholder(tf.float32, [None, spec.obs_dim], "obs")
-            net_input = scaled_observations(self.obs, spec, cfg)
-            self.policy = build_actor(net_input, spec, cfg)
-            self.value = build_critic(net_input, cfg)
-            self.actor_params = v1.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES, f"{scope}/actor")
-            self.critic_params = v1.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES, f"{scope}/critic")
+            self.obs = v1.placeholder(spec.obs_dtype, [None, *spec.obs_shape], "obs")
+            features = network_input(self.obs, spec, cfg)
+            self.policy = build_actor(features, spec, cfg, actor_hidden)
+            self.value = build_critic(features, cfg, critic_hidden)
+            trainable = v1.GraphKeys.TRAINABLE_VARIABLES
+            self.actor_params = v1.get_collection(trainable, f"{scope}/actor")
+            self.critic_params = v1.get_collection(trainable, f"{scope}/critic")
+            self.trunk_params = v1.get_collection(trainable, f"{scope}/trunk")
+            self.params = self.trunk_params + self.actor_params + self.critic_params
             if global_net is not None:
-                self._build_update(spec, cfg, global_net, actor_optimizer, critic_optimizer)
+                self._build_update(spec, cfg, global_net, optimizers)
 
-    def _build_update(self, spec, cfg, global_net, actor_optimizer, critic_optimizer):
+    def _build_update(self, spec, cfg, global_net, optimizers):
         T, E = cfg.n_steps, cfg.envs_per_worker
+        actor_hidden, critic_hidden = head_sizes(spec, cfg)
         self.lr_fraction = global_net.lr_fraction
         self.actions = self.policy.action_placeholder(spec)
-        self.next_obs = v1.placeholder(tf.float32, [T * E, spec.obs_dim], "next_obs")
+        self.next_obs = v1.placeholder(spec.obs_dtype, [T * E, *spec.obs_shape], "next_obs")
         self.rewards = v1.placeholder(tf.float32, [T, E], "rewards")
         self.terminated = v1.placeholder(tf.float32, [T, E], "terminated")
         self.ended = v1.placeholder(tf.float32, [T, E], "ended")
 
-        next_values = tf.stop_gradient(tf.reshape(
-            build_critic(scaled_observations(self.next_obs, spec, cfg), cfg), [T, E]))
+        if spec.image:
+            # only V(s') where an episode ended or the rollout does is used (n_step_returns):
+            # the CNN runs on those rows alone, E of T * E in most rollouts
+            last_step = np.zeros((T, E), bool)
+            last_step[-1] = True
+            needed = tf.where(tf.reshape(tf.logical_or(self.ended > 0, last_step), [-1]))
+            some_values = build_critic(network_input(tf.gather_nd(self.next_obs, needed), spec, cfg),
+                                       cfg, critic_hidden)
+            next_values = tf.scatter_nd(needed, some_values, [T * E])
+        else:  # a tiny MLP runs on all T * E rows faster than a gather and a scatter
+            next_values = build_critic(network_input(self.next_obs, spec, cfg), cfg, critic_hidden)
+        next_values = tf.stop_gradient(tf.reshape(next_values, [T, E]))
         self.returns = n_step_returns(self.rewards, next_values, self.terminated, self.ended, cfg.gamma)
         flat_returns = tf.reshape(self.returns, [-1])
         advantages = tf.stop_gradient(flat_returns - self.value)
@@ -308,11 +507,21 @@ class ACNet:
                            - cfg.entropy_beta * self.entropy)
         self.critic_loss = tf.reduce_mean(tf.square(flat_returns - self.value))
 
-        self.actor_grads, actor_norm = tf.clip_by_global_norm(
-            tf.gradients(self.actor_loss, self.actor_params), cfg.clip_norm)
-        self.critic_grads, critic_norm = tf.clip_by_global_norm(
-            tf.gradients(self.critic_loss, self.critic_params), cfg.clip_norm)
-        self.grad_norm = tf.sqrt(tf.square(actor_norm) + tf.square(critic_norm))  # before clipping
+        if spec.image:  # one trunk, so one loss and one optimiser (as the A3C paper on Atari)
+            losses = [(self.actor_loss + cfg.value_loss_coef * self.critic_loss,
+                       self.params, global_net.params)]
+        else:  # separate MLPs: each its own loss and optimiser
+            losses = [(self.actor_loss, self.actor_params, global_net.actor_params),
+                      (self.critic_loss, self.critic_params, global_net.critic_params)]
+        clipped, norms = [], []
+        for loss, local_params, _ in losses:
+            grads, norm = tf.clip_by_global_norm(tf.gradients(loss, local_params), cfg.clip_norm)
+            clipped.append(grads)
+            norms.append(norm)
+        self.clipped_grads = clipped  # one list per optimiser
+        if not spec.image:
+            self.actor_grads, self.critic_grads = clipped
+        self.grad_norm = tf.sqrt(tf.add_n([tf.square(n) for n in norms]))  # before clipping
         # a NaN or inf anywhere in the losses or gradients makes this norm non-finite: the check
         # fails the session call before anything is applied, so the global net stays finite
         finite_check = tf.debugging.check_numerics(self.grad_norm, "non-finite gradient norm")
@@ -321,46 +530,44 @@ class ACNet:
         # named global/.../RMSPropActor and saved with it (in this scope, worker_0/global/...)
         at_root = v1.variable_scope(v1.VariableScope(reuse=None, name=""), auxiliary_name_scope=False)
         with at_root, tf.control_dependencies([finite_check]):
-            self.push = tf.group(
-                actor_optimizer.apply_gradients(zip(self.actor_grads, global_net.actor_params)),
-                critic_optimizer.apply_gradients(zip(self.critic_grads, global_net.critic_params)))
+            self.push = tf.group(*[
+                optimizer.apply_gradients(zip(grads, global_params))
+                for optimizer, grads, (_, _, global_params) in zip(optimizers, clipped, losses)])
 
         def copy_global_params():
-            pairs = zip(self.actor_params + self.critic_params,
-                        global_net.actor_params + global_net.critic_params)
-            return tf.group(*[local.assign(glob) for local, glob in pairs])
+            return tf.group(*[local.assign(glob) for local, glob in zip(self.params, global_net.params)])
 
         self.pull = copy_global_params()
         with tf.control_dependencies([self.push]):  # pull only after this push has landed
             self.push_and_pull = copy_global_params()
 
-        self.current_obs = v1.placeholder(tf.float32, [E, spec.obs_dim], "current_obs")
+        self.current_obs = v1.placeholder(spec.obs_dtype, [E, *spec.obs_shape], "current_obs")
         with tf.control_dependencies([self.push_and_pull]):  # read the parameters just pulled
             with v1.variable_scope(v1.get_variable_scope(), reuse=True):
                 self.policy_after_pull = build_actor(
-                    scaled_observations(self.current_obs, spec, cfg), spec, cfg)
+                    network_input(self.current_obs, spec, cfg), spec, cfg, actor_hidden)
 
 
-def learning_rates(cfg: Config) -> tuple[float, float]:
-    """(actor, critic) learning rates, divided by sqrt(workers) when scale_lr_with_workers is on."""
+def learning_rates(cfg: Config, spec: EnvSpec = None) -> tuple:
+    """The rate of each optimiser, divided by sqrt(workers) when scale_lr_with_workers is on:
+    (actor, critic) for separate MLPs, (shared_lr,) for a network with a shared trunk."""
     divisor = math.sqrt(cfg.workers) if cfg.scale_lr_with_workers else 1.0
-    return cfg.actor_lr / divisor, cfg.critic_lr / divisor
+    rates = (cfg.shared_lr,) if spec is not None and spec.image else (cfg.actor_lr, cfg.critic_lr)
+    return tuple(rate / divisor for rate in rates)
 
 
 def build_graph(spec: EnvSpec, cfg: Config):
-    """The global net on the CPU, its two optimisers, and one ACNet per worker."""
-    actor_lr, critic_lr = learning_rates(cfg)
+    """The global net on the CPU, its optimisers (actor and critic, or one for a shared trunk),
+    and one ACNet per worker."""
+    names = ("RMSProp",) if spec.image else ("RMSPropActor", "RMSPropCritic")
     with tf.device("/cpu:0"):
         global_net = ACNet("global", spec, cfg)
         # the fraction of the learning rates in force; workers feed 1 - budget used when annealing
         global_net.lr_fraction = v1.placeholder_with_default(1.0, [], "lr_fraction")
-        actor_optimizer = v1.train.RMSPropOptimizer(
-            actor_lr * global_net.lr_fraction, decay=cfg.rmsprop_decay, epsilon=cfg.rmsprop_epsilon,
-            name="RMSPropActor")
-        critic_optimizer = v1.train.RMSPropOptimizer(
-            critic_lr * global_net.lr_fraction, decay=cfg.rmsprop_decay, epsilon=cfg.rmsprop_epsilon,
-            name="RMSPropCritic")
-        worker_nets = [ACNet(f"worker_{i}", spec, cfg, global_net, actor_optimizer, critic_optimizer)
+        optimizers = [v1.train.RMSPropOptimizer(rate * global_net.lr_fraction, decay=cfg.rmsprop_decay,
+                                                epsilon=cfg.rmsprop_epsilon, name=name)
+                      for rate, name in zip(learning_rates(cfg, spec), names)]
+        worker_nets = [ACNet(f"worker_{i}", spec, cfg, global_net, optimizers)
                        for i in range(cfg.workers)]
     return global_net, worker_nets
 
@@ -569,9 +776,9 @@ class Worker:
         self.net = net
         self.spec = spec
         self.cfg = cfg
-        self.envs = [make_env(env_id, cfg) for _ in range(cfg.envs_per_worker)]
+        self.envs = make_envs(env_id, cfg, cfg.envs_per_worker)
         T, E = cfg.n_steps, cfg.envs_per_worker
-        self.rollout_obs = np.zeros((T, E, spec.obs_dim), np.float32)
+        self.rollout_obs = np.zeros((T, E, *spec.obs_shape), spec.obs_dtype)
         self.next_obs = np.zeros_like(self.rollout_obs)
         self.rewards = np.zeros((T, E), np.float32)
         self.terminated = np.zeros((T, E), np.float32)
@@ -595,17 +802,14 @@ class Worker:
         self.chosen_actions = None  # (sampled, for the envs) for self.obs, chosen by the last update
         sess.run(net.pull)
         first_seed = seed * 1000 + self.index * len(self.envs)
-        self.obs = np.stack([env.reset(seed=first_seed + k)[0]
-                             for k, env in enumerate(self.envs)]).astype(np.float32)
-        for k, env in enumerate(self.envs):
-            env.action_space.seed(first_seed + k)
+        self.obs = self.envs.reset(first_seed + np.arange(len(self.envs))).astype(self.spec.obs_dtype)
 
     def rollout(self) -> list:
         """Act n_steps in every env; return (env index, raw return, length) of episodes that ended.
 
         Per step: one session call for all E actions, E env steps, and whole-row NumPy writes
         (per-env scalar writes cost more than the step of a cheap env)."""
-        shift, scale = self.cfg.reward_shift, self.cfg.reward_scale
+        shift, scale, clip = self.cfg.reward_shift, self.cfg.reward_scale, self.cfg.reward_clip
         finished = []
         for t in range(self.cfg.n_steps):
             self.rollout_obs[t] = self.obs
@@ -613,11 +817,10 @@ class Worker:
                 self.chosen_actions = self.act(self.obs)
             self.actions[t], env_actions = self.chosen_actions
             self.chosen_actions = None
-            next_obs, raw_rewards, terminated, truncated, _ = zip(
-                *[env.step(action) for env, action in zip(self.envs, env_actions)])
-            raw_rewards = np.array(raw_rewards)
+            next_obs, raw_rewards, terminated, truncated = self.envs.step(env_actions)
             self.next_obs[t] = next_obs
-            self.rewards[t] = (raw_rewards + shift) * scale
+            learning_rewards = raw_rewards if clip is None else np.clip(raw_rewards, -clip, clip)
+            self.rewards[t] = (learning_rewards + shift) * scale
             self.terminated[t] = terminated
             self.ended[t] = np.logical_or(terminated, truncated)
             self.episode_return += raw_rewards
@@ -628,7 +831,7 @@ class Worker:
                 finished.append((int(k), float(self.episode_return[k]), int(self.episode_length[k])))
                 self.episode_return[k] = 0.0
                 self.episode_length[k] = 0
-                self.obs[k] = self.envs[k].reset()[0]
+                self.obs[k] = self.envs.restart(k)
         return finished
 
     def push_and_pull(self, lr_fraction: float) -> tuple[float, float]:
@@ -637,8 +840,9 @@ class Worker:
         and the gradient norm before clipping."""
         T, E = self.cfg.n_steps, len(self.envs)
         entropy, grad_norm, *self.chosen_actions = self.update(
-            self.rollout_obs.reshape(T * E, -1), self.actions.reshape(T * E, *self.actions.shape[2:]),
-            self.next_obs.reshape(T * E, -1), self.rewards, self.terminated, self.ended, self.obs,
+            self.rollout_obs.reshape(T * E, *self.spec.obs_shape),
+            self.actions.reshape(T * E, *self.actions.shape[2:]),
+            self.next_obs.reshape(T * E, *self.spec.obs_shape), self.rewards, self.terminated, self.ended, self.obs,
             np.float32(lr_fraction))
         return float(entropy), float(grad_norm)
 
@@ -667,8 +871,7 @@ class Worker:
                 coord.request_stop()
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        self.envs.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -812,7 +1015,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     """
     console = Console(out or sys.stdout)
     cfg.validate()
-    probe = make_env(env_id, cfg)
+    probe = make_envs(env_id, cfg, 1)
     spec = env_spec(probe, env_id)
     probe.close()
     earlier = read_run_info(resume_dir) if resume_dir is not None else None
@@ -837,9 +1040,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             history = resume_history(sess, checkpoints, run_dir, cfg, earlier)
         workers = [Worker(i, net, env_id, spec, cfg) for i, net in enumerate(worker_nets)]
 
-        actor_lr, critic_lr = learning_rates(cfg)
         run_info = {"env": env_id, "config": dataclasses.asdict(cfg),
-                    "effective_actor_lr": actor_lr, "effective_critic_lr": critic_lr,
+                    "effective_learning_rates": learning_rates(cfg, spec),
                     "argv": sys.argv, "versions": versions(),
                     "cpus": None if layout is None else {"workers": sorted(layout.workers),
                                                          "tensorflow_ops": sorted(layout.ops)}}
@@ -925,13 +1127,9 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         stuck = [thread.name for thread in threads if thread.is_alive()]
         final = log.progress()  # the workers have stopped: the clock stops too
         attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps)
-        if stuck:
-            pass  # the trial thread may still be playing the candidate: leave best/ as it is
-        elif interrupted or error is not None:  # stop now; only a best already chosen is written
-            attempt("write the best checkpoint", checkpoints.best.write, sess)
-        else:
-            attempt("try the final net for the best checkpoint", checkpoints.best.try_final,
-                    sess, log)
+        if "best_trials" not in stuck:  # else it may still be playing: best/ stays as it is
+            attempt("try the last candidates for the best checkpoint", checkpoints.best.try_final,
+                    sess, log, 10.0 if interrupted or error is not None else 60.0)
         if stuck:  # closing what a running thread uses could crash the process or lose its rows
             warn(f"{', '.join(stuck)} did not stop within 30 s; the CSV, the session and the "
                  f"environments are left open for them")
@@ -1012,8 +1210,8 @@ def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
 
 
 CHECKPOINT_FOLDER = "checkpoints"
-BEST_FOLDER = "best"      # checkpoints/best/: the global net of the best mean-100 so far
-BEST_INFO = "best.json"   # beside it: that mean-100, its episode, env steps and checkpoint name
+BEST_FOLDER = "best"      # checkpoints/best/: the best agent of the run (BestCheckpoint)
+BEST_INFO = "best.json"   # beside it: its score, mean-100, episode, env steps, checkpoint name
 ENV_ID_VARIABLE = "run/env_id"
 
 
@@ -1072,9 +1270,9 @@ class BestCheckpoint:
     def __init__(self, checkpoints_folder: str, global_net: "ACNet", spec: EnvSpec, cfg: Config,
                  env_id: str, env_id_variable):
         self.folder = os.path.join(checkpoints_folder, BEST_FOLDER)
-        net = global_net.actor_params + global_net.critic_params
+        net = global_net.params
         self.candidate = ACNet("best_candidate", spec, cfg)
-        candidate = self.candidate.actor_params + self.candidate.critic_params
+        candidate = self.candidate.params
         with v1.variable_scope("best_snapshot"):
             snapshot = [v1.get_variable(v.op.name, v.shape, v.dtype.base_dtype, trainable=False,
                                         initializer=v1.zeros_initializer()) for v in net]
@@ -1084,56 +1282,96 @@ class BestCheckpoint:
         stored = {v.op.name: s for v, s in zip(net, snapshot)}
         self.saver = v1.train.Saver(var_list={**stored, ENV_ID_VARIABLE: env_id_variable},
                                     max_to_keep=1, save_relative_paths=True)
-        self.trial_envs = [make_env(env_id, cfg) for _ in range(cfg.best_trial_episodes)]
+        self.trial_envs = (make_envs(env_id, cfg, cfg.best_trial_episodes)
+                           if cfg.best_trial_episodes else None)
         self.on_disk = read_best_info(self.folder)  # what best/ holds now (None: nothing)
         try:  # whatever best/ holds, labelled or not, so that the next write replaces it
             adopt_checkpoints(self.saver, self.folder)
         except Exception:  # an unreadable index: the next write makes a new one
             pass
         self.unwritten = None  # the label of a best not yet on disk (its write failed)
+        self.pending = None    # the label of a candidate copied but not yet tried
+        self.trial_episodes = cfg.best_trial_episodes
+        self.obs_dtype = spec.obs_dtype
+        self.snapshot_to_candidate = tf.group(*[c.assign(s) for c, s in zip(candidate, snapshot)])
         self.best_score = best_score(self.on_disk) if self.on_disk else -math.inf
         self.best_mean_100 = self.on_disk["mean_100"] if self.on_disk else -math.inf  # the best one's
         self.best_tried = self.on_disk["mean_100"] if self.on_disk else -math.inf  # a mean-100
 
     def prepare(self, sess) -> None:
+        """Build the trial's act call; score a resumed run's best anew if it was scored another
+        way than this run scores its candidates (a best.json of an earlier version has no trial
+        score, or it was over another number of episodes): the two would not compare."""
         self.greedy = session_callable(sess, [self.candidate.policy.greedy_action],
                                        [self.candidate.obs])
+        info = self.on_disk
+        if info is None or (info.get("trial_episodes") == self.trial_episodes and "score" in info):
+            return
+        if self.trial_envs is None:
+            self.best_score = info["mean_100"]
+            return
+        try:
+            self.saver.restore(sess, os.path.join(self.folder, info["checkpoint"]))
+        except Exception as exc:  # a corrupt best/: the run goes on, the next best replaces it
+            warn(f"cannot read the best checkpoint in {self.folder} ({first_line(exc)}); the "
+                 f"run's next best agent will replace it")
+            self.on_disk, self.best_score, self.best_mean_100 = None, -math.inf, -math.inf
+            return
+        sess.run(self.snapshot_to_candidate)
+        deadline = time.time() + 60
+        score = self.play(lambda: time.time() > deadline)
+        self.best_score = info["mean_100"] if score is None else score
 
     def run_trials(self, sess, coord, log: "EpisodeLog", min_interval_s: float) -> None:
-        """The trial thread: try each new best mean-100's net until training stops, at most one
-        every min_interval_s, and spending at most a tenth of the time in trials (the trials
-        compete with the workers for the one core Python runs on)."""
+        """The trial thread: copy the global net the moment the best mean-100 rises, and try the
+        newest copy at most once every min_interval_s, spending at most a tenth of the time in
+        trials (they compete with the workers for the one core Python runs on)."""
         next_trial = 0.0
         while not coord.wait_for_stop(0.05):
+            self.take_if_risen(sess, log)
             started = time.time()
-            if started >= next_trial and self.try_candidate(sess, log, coord.should_stop) is not None:
+            if started >= next_trial and self.pending is not None:
+                self.try_pending(sess, coord.should_stop)
                 next_trial = started + max(min_interval_s, 10 * (time.time() - started))
 
-    def try_candidate(self, sess, log: "EpisodeLog", should_stop,
-                      final: bool = False) -> typing.Optional[bool]:
-        """If the best mean-100 has risen since the last candidate (or, final, the run has a full
-        mean-100 at all), take the global net as a candidate and try it: True if it became the
-        best, False if not, None if there was no candidate."""
+    def take_if_risen(self, sess, log: "EpisodeLog", final: bool = False) -> bool:
+        """If the best mean-100 has risen since the last copy (or, final, the run has a full
+        mean-100 at all), copy the global net into the candidate now, labelled with that
+        moment's mean-100, episode and env steps; True if it did."""
         if final:
             progress = log.progress()
             running, episode, env_steps = progress["running"], progress["episodes"], progress["env_steps"]
             if episode < RUNNING_WINDOW:
-                return None
+                return False
         else:
             running, episode, env_steps = log.best()
             if not running > self.best_tried:
-                return None
+                return False
         sess.run(self.take_candidate)
         self.best_tried = max(self.best_tried, running)
-        score = self.play(should_stop) if self.trial_envs else running
-        if score is None or not self.beats_the_best(score, running):
+        self.pending = {"mean_100": running, "episode": episode, "env_steps": env_steps}
+        return True
+
+    def try_pending(self, sess, should_stop) -> bool:
+        """Score the candidate (its trial return, or its mean-100 without trials) and make it
+        the best if it beats the best so far; True if it did."""
+        label, self.pending = self.pending, None
+        score = self.play(should_stop) if self.trial_envs is not None else label["mean_100"]
+        if score is None or not self.beats_the_best(score, label["mean_100"]):
             return False
         sess.run(self.promote)
-        self.best_score, self.best_mean_100 = score, running
-        self.unwritten = {"score": score, "trial_episodes": len(self.trial_envs),
-                          "mean_100": running, "episode": episode, "env_steps": env_steps}
+        self.best_score, self.best_mean_100 = score, label["mean_100"]
+        self.unwritten = {"score": score, "trial_episodes": self.trial_episodes, **label}
         attempt("write the best checkpoint", self.write, sess)
         return True
+
+    def try_candidate(self, sess, log: "EpisodeLog", should_stop,
+                      final: bool = False) -> typing.Optional[bool]:
+        """take_if_risen, then try_pending: True if the candidate became the best, False if not,
+        None if there was no candidate."""
+        if not self.take_if_risen(sess, log, final):
+            return None
+        return self.try_pending(sess, should_stop)
 
     def beats_the_best(self, score: float, running: float) -> bool:
         """A higher trial score wins; an equal one (CartPole's nets often all play 500) wins with
@@ -1141,31 +1379,43 @@ class BestCheckpoint:
         in its trials is often less sure of it than the ones that keep it up."""
         if score != self.best_score:
             return score > self.best_score
-        return bool(self.trial_envs) and running > self.best_mean_100
+        return self.trial_envs is not None and running > self.best_mean_100
 
     def try_final(self, sess, log: "EpisodeLog", time_limit_s: float = 60.0) -> None:
-        """At the end of a run: try the final net too (an annealed run often ends at its best),
-        then write a best whose write had failed."""
+        """At the end of a run: try the candidate still waiting for its trial, then the final net
+        (an annealed run often ends at its best), within time_limit_s in all; then write a best
+        whose write had failed."""
         deadline = time.time() + time_limit_s
-        self.try_candidate(sess, log, lambda: time.time() > deadline, final=True)
-        self.write(sess)
+        too_late = lambda: time.time() > deadline  # noqa: E731
+        try:
+            if self.pending is not None:
+                self.try_pending(sess, too_late)
+            self.try_candidate(sess, log, too_late, final=True)
+            if too_late():
+                warn(f"the last trials for the best checkpoint took over {time_limit_s:g} s and "
+                     f"were cut short; the best so far is kept")
+        finally:
+            self.write(sess)
 
     def play(self, should_stop) -> typing.Optional[float]:
-        """The candidate's mean raw return over one episode on each trial env, all stepped
-        together (None if should_stop() said so first)."""
+        """The candidate's mean raw return over one episode in each trial env, all stepped
+        together (None if should_stop() said so first). An episode still going after
+        TRIAL_STEP_LIMIT steps (an env without a time limit) counts as cut there."""
         envs = self.trial_envs
-        obs = np.stack([env.reset(seed=TRIAL_SEED + k)[0] for k, env in enumerate(envs)])
-        obs = obs.astype(np.float32)
+        obs = envs.reset(TRIAL_SEED + np.arange(len(envs))).astype(self.obs_dtype)  # as fed
         returns, playing = np.zeros(len(envs)), np.ones(len(envs), bool)
-        while playing.any():
+        for _ in range(TRIAL_STEP_LIMIT):
+            if not playing.any():
+                break
             if should_stop():
                 return None
-            live = np.flatnonzero(playing)
-            (actions,) = self.greedy(obs[live])
-            for k, action in zip(live, actions):
-                obs[k], reward, terminated, truncated, _ = envs[k].step(action)
-                returns[k] += reward
-                playing[k] = not (terminated or truncated)
+            (actions,) = self.greedy(obs)
+            next_obs, rewards, terminated, truncated = envs.step(actions)
+            returns += rewards * playing
+            obs = np.array(next_obs, dtype=obs.dtype)
+            for k in np.flatnonzero(np.logical_or(terminated, truncated)):
+                playing[k] = False  # an env that has played its episode plays on, unscored
+                obs[k] = envs.restart(k)
         return float(returns.mean())
 
     def write(self, sess) -> bool:
@@ -1181,8 +1431,8 @@ class BestCheckpoint:
         return True
 
     def close(self) -> None:
-        for env in self.trial_envs:
-            env.close()
+        if self.trial_envs is not None:
+            self.trial_envs.close()
 
     def describe(self, log: "EpisodeLog") -> str:
         """The summary's line about the best agent, from what is on disk."""
@@ -1197,6 +1447,7 @@ class BestCheckpoint:
 
 EVAL_SEED = 10_000   # --eval's episode k starts from this seed + k
 TRIAL_SEED = 20_000  # a best-agent trial's episode k from this one + k: the two never meet
+TRIAL_STEP_LIMIT = 27_000  # steps of a trial episode at most: ALE's own limit (108,000 frames)
 
 
 def best_score(info: dict) -> float:
@@ -1325,6 +1576,9 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     if render and record:  # a window's render mode gives no frames, a recording's no window
         raise UsageError("--render and --record do not go together: --render shows the "
                          "episodes in a window, --record writes episode.gif; choose one")
+    if render and is_atari(read_run(run_dir)[0]):
+        raise UsageError("Atari games cannot render in a window (ale-py's vector env keeps no "
+                         "screen); use --record to write the agent's frames to episode.gif")
     if render and not display_available():  # pygame would crash the process, not raise
         raise UsageError("--render needs a display and none is set (DISPLAY or WAYLAND_DISPLAY); "
                          "use --record to write episode.gif instead")
@@ -1333,22 +1587,23 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     render_mode = "human" if render else ("rgb_array" if record else None)
     if render_mode == "rgb_array":
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # frames only: no window, no display
-    env = make_env(env_id, cfg)
+    env = make_envs(env_id, cfg, 1)
     spec = env_spec(env, env_id)
-    if render_mode is not None:  # an env made with a mode it lacks only warns, then draws nothing
-        modes = env.metadata.get("render_modes", [])
+    if render_mode is not None and not is_atari(env_id):
+        # an env made with a mode it lacks only warns, then draws nothing
+        modes = env.envs[0].metadata.get("render_modes", [])
         env.close()
         if render_mode not in modes:
             raise UsageError(f"{env_id} cannot {'record' if record else 'render'}: it offers "
                              f"render modes {modes}, not {render_mode}")
-        env = make_env(env_id, cfg, render_mode=render_mode)
+        env = GymEnvs(env_id, cfg, 1, render_mode=render_mode)
     graph = tf.Graph()
     with graph.as_default():
         net = ACNet("global", spec, cfg)
-        saver = v1.train.Saver(var_list=net.actor_params + net.critic_params)
+        saver = v1.train.Saver(var_list=net.params)
     sess = open_session(graph, None)  # one thread plays the episodes: no pool to feed
     try:
-        restore_checkpoint(sess, saver, checkpoint, net.actor_params + net.critic_params, env_id)
+        restore_checkpoint(sess, saver, checkpoint, net.params, env_id)
     except UsageError:
         sess.close()
         raise
@@ -1372,21 +1627,26 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     return result
 
 
+RECORD_FRAME_LIMIT = 5_000  # --record keeps an episode's first frames only (an Atari game can
+                           # last 27,000 steps)
+
+
 def run_greedy_episodes(env, greedy, episodes: int, record: bool,
                         first_seed: int = EVAL_SEED) -> tuple[list, list]:
-    """Play `episodes` episodes with the greedy policy, episode k from seed first_seed + k: their
-    raw returns, and the first episode's frames when recording."""
+    """Play `episodes` episodes with the greedy policy in a batch of one env (GymEnvs or
+    AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first episode's
+    frames when recording."""
     returns, frames = [], []
     for episode in range(episodes):
-        obs, _ = env.reset(seed=first_seed + episode)
+        obs = env.reset([first_seed + episode])
         total, done = 0.0, False
         while not done:
-            if record and episode == 0:
+            if record and episode == 0 and len(frames) < RECORD_FRAME_LIMIT:
                 frames.append(env.render())
-            action = greedy(np.asarray(obs, np.float32)[None])[0]
-            obs, reward, terminated, truncated, _ = env.step(action)
-            total += reward
-            done = terminated or truncated
+            next_obs, rewards, terminated, truncated = env.step(greedy(obs))
+            obs = np.asarray(next_obs)
+            total += float(rewards[0])
+            done = bool(terminated[0] or truncated[0])
         returns.append(total)
     return returns, frames
 
@@ -1394,7 +1654,14 @@ def run_greedy_episodes(env, greedy, episodes: int, record: bool,
 def save_animation(frames: list, path: str) -> str:
     from PIL import Image  # installed with matplotlib
 
-    images = [Image.fromarray(np.asarray(frame)) for frame in frames]
+    def image(frame):
+        frame = np.asarray(frame)
+        if frame.ndim == 2:  # an Atari agent's 84x84 grayscale view, enlarged to be seen
+            return Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3),
+                                                 Image.NEAREST)
+        return Image.fromarray(frame)
+
+    images = [image(frame) for frame in frames]
     partial = path + ".partial"  # an interrupted save never leaves half a GIF under the name
     images[0].save(partial, format="GIF", save_all=True, append_images=images[1:], duration=33,
                    loop=0)
@@ -1482,7 +1749,7 @@ def parse_args(argv):
                         "policy of RUN_DIR's best checkpoint (see --checkpoint) and print its "
                         "mean return")
     parser.add_argument("--episodes", type=int, default=10, help="episodes for --eval (default 10)")
-    parser.add_argument("--checkpoint", help="--eval: best (the default: the best mean-100's), "
+    parser.add_argument("--checkpoint", help="--eval: best (the default: the run's best agent), "
                         "latest, or a checkpoint's path")
     parser.add_argument("--render", action="store_true", help="--eval: show the environment's window")
     parser.add_argument("--record", action="store_true", help="--eval: write the first episode "
@@ -1493,7 +1760,8 @@ def parse_args(argv):
 
 
 RESUMABLE_FIELDS = ("max_episodes", "max_steps", "log_every_s", "checkpoint_every_s",
-                    "best_checkpoint_every_s", "best_trial_episodes", "keep_checkpoints", "pin_threads", "anneal_lr")
+                    "best_checkpoint_every_s", "best_trial_episodes", "keep_checkpoints",
+                    "pin_threads", "anneal_lr", "atari_threads")
 FLAG_FIELDS = ("workers", "max_episodes", "max_steps", "seed")  # --max-steps N is --set max_steps=N
 
 
@@ -1596,5 +1864,19 @@ def main(argv=None) -> int:
     return 130 if summary["interrupted"] else 0
 
 
+def leave(code: int) -> int:
+    """Exit with code; straight away, skipping Python's shutdown, while a worker thread is still
+    inside TensorFlow (a second Ctrl-C stopped at once): finalising the interpreter under a
+    running session call aborts the process (SIGABRT) instead of exiting with the code."""
+    if any(thread.daemon and thread.is_alive() for thread in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(leave(main()))

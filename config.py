@@ -99,6 +99,30 @@ class Config:
     damped, not huge; epsilon matters later, for weights whose gradients stay tiny (mean square
     below ~1e-5), where 1e-10 lets lr * g / sqrt(ms) grow to nearly lr per step."""
 
+    # --- Atari (ALE/<Game>-v5 ids): image observations, one network with a shared trunk ----
+    shared_lr: float = 7e-4
+    """Learning rate of the one RMSProp of a network with a shared CNN trunk (the Atari nets;
+    OpenAI baselines' A2C on Atari: 7e-4, in the A3C paper's range). Separate MLPs use
+    actor_lr and critic_lr instead."""
+    value_loss_coef: float = 0.5
+    """A shared trunk trains on one loss, policy loss + value_loss_coef x value loss - entropy
+    (baselines' A2C: 0.5; the A3C paper halved the value gradient the same way)."""
+    cnn: str = "a3c"
+    """The trunk of image observations: "a3c" (the A3C paper's 16 8x8/4 -> 32 4x4/2 -> 256) or
+    "nature" (DQN's 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 -> 512). Measured here (FACTS): the "a3c" net
+    takes ~8.1k samples/s forward + gradients on 2 cores, "nature" ~3.0k."""
+    reward_clip: Optional[float] = None
+    """Rewards for learning are clipped to [-reward_clip, reward_clip] before reward_shift and
+    reward_scale (Atari: 1, as DQN and A3C did, so one learning rate fits every game's score
+    scale); logs always show the raw score."""
+    repeat_action_probability: float = 0.25
+    """Atari: the chance that the emulator repeats the previous action instead of the chosen
+    one ("sticky actions"); 0.25 is what ALE/...-v5 ids mean (Machado et al. 2018). The figures
+    usually quoted for A3C come from the old deterministic ids (0.0)."""
+    atari_threads: int = 1
+    """Atari: C++ threads of each worker's ale-py vector env, which step its games. 1: with 8
+    workers there are already more such threads than cores (not tuned further)."""
+
     # --- networks (separate actor and critic MLPs, as in the classic tutorial) --------------
     actor_hidden: tuple = (200,)
     """Hidden layer sizes of the actor (ReLU)."""
@@ -117,8 +141,8 @@ class Config:
 
     scale_obs: bool = False
     """Map each observation dimension with finite bounds in the observation space from [low, high]
-    to [-1, 1] inside the graph, before the networks (dimensions with infinite bounds pass
-    unchanged). It helps where the bounds are the range the values really take (Pendulum: its
+    to [-1, 1] inside the graph, before the networks (dimensions with infinite bounds, or bounds
+    past 1e6, which some envs write for "unbounded", pass unchanged). It helps where the bounds are the range the values really take (Pendulum: its
     angular velocity spans [-8, 8] and swamped the two unit-range inputs), and hurts where they
     are far wider (Acrobot's velocity bounds, 4 pi and 9 pi, squeezed the values it sees towards
     0: tuning seeds 11-12 never reached -100 within 1,500 episodes)."""
@@ -151,9 +175,10 @@ class Config:
     other start states below -200; the preset with 20 still has 2 of 9, see the README). 0: no
     trials, the best is the net at the best mean-100."""
     best_checkpoint_every_s: float = 1.0
-    """At most one candidate for checkpoints/best/ per this many seconds; trials also take at
-    most a tenth of the run's time (a Pendulum trial of 20 episodes takes ~0.1 s of the one core
-    Python runs on, an Atari one far longer)."""
+    """At most one trial (or, without trials, one promotion) for checkpoints/best/ per this many
+    seconds, and trials take at most a tenth of the run's time (a Pendulum trial of 20 episodes
+    takes ~0.1 s of the one core Python runs on, an Atari one far longer). The candidate is
+    copied at each rise all the same; the newest copy is the one tried when its turn comes."""
 
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
@@ -163,7 +188,7 @@ class Config:
                 raise ValueError(f"{field.name} must be a finite number, got {value}")
         if not 0 <= self.seed < 2 ** 32:
             raise ValueError(f"seed must be in [0, 2**32 - 1], got {self.seed}")
-        positive_ints = ("workers", "envs_per_worker", "n_steps", "keep_checkpoints")
+        positive_ints = ("workers", "envs_per_worker", "n_steps", "keep_checkpoints", "atari_threads")
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -178,10 +203,19 @@ class Config:
         if not self.sigma_floor < self.initial_sigma <= 100:  # softplus^-1 overflows past ~700
             raise ValueError(f"initial_sigma must be > sigma_floor ({self.sigma_floor}) and "
                              f"<= 100, got {self.initial_sigma}")
-        for name in ("actor_lr", "critic_lr", "clip_norm", "rmsprop_epsilon", "sigma_floor",
+        for name in ("actor_lr", "critic_lr", "shared_lr", "clip_norm", "rmsprop_epsilon", "sigma_floor",
                      "reward_scale", "log_every_s", "checkpoint_every_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.cnn not in ("a3c", "nature"):
+            raise ValueError(f"cnn must be a3c or nature, got {self.cnn}")
+        if not 0.0 <= self.repeat_action_probability < 1.0:
+            raise ValueError(f"repeat_action_probability must be in [0, 1), got "
+                             f"{self.repeat_action_probability}")
+        if self.reward_clip is not None and not self.reward_clip > 0:
+            raise ValueError(f"reward_clip must be > 0 or None, got {self.reward_clip}")
+        if self.value_loss_coef < 0:
+            raise ValueError(f"value_loss_coef must be >= 0, got {self.value_loss_coef}")
         if self.best_trial_episodes < 0:
             raise ValueError(f"best_trial_episodes must be >= 0, got {self.best_trial_episodes}")
         if self.best_checkpoint_every_s < 0:
@@ -195,6 +229,24 @@ class Config:
             if not sizes or any(int(s) < 1 for s in sizes):
                 raise ValueError(f"{name} needs one or more layer sizes >= 1, got {sizes}")
 
+
+# What every Atari game shares (the A3C paper's Atari setup where it gives one; OpenAI baselines'
+# A2C where it does not).
+ATARI = dict(
+    envs_per_worker=8,      # one C++ vector env of 8 games per worker: the act call, the env step and
+    n_steps=5,              # the push all go 8-wide (A3C paper: t_max = 5)
+    gamma=0.99,             # A3C paper
+    entropy_beta=0.01,      # A3C paper
+    reward_clip=1.0,        # A3C paper (rewards clipped to [-1, 1] for learning)
+    rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
+    max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
+    max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale; Pong is learned far sooner
+    best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
+    anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
+    pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong, 8 workers on 2 cores,
+                            # 40k steps: 635 steps/s unpinned, 484 pinned
+    repeat_action_probability=0.0,  # no sticky actions, like the ids the A3C figures come from
+)
 
 # Per-environment presets: only the fields that differ from the defaults above.
 # Tuned on seeds 11-22; the learning benchmark (bench/learning.py) reports seeds 1-9.
@@ -228,12 +280,16 @@ PRESETS: dict[str, dict] = {
     "Acrobot-v1": dict(
         max_episodes=1500,
     ),
+    "ALE/Pong-v5": dict(ATARI),
+    "ALE/Breakout-v5": dict(ATARI),
 }
 
 
 def config_for(env_id: str) -> Config:
-    """The defaults with the env's preset applied (any other env id gets the plain defaults)."""
-    return dataclasses.replace(Config(), **PRESETS.get(env_id, {}))
+    """The defaults with the env's preset applied (any other Atari game gets the Atari preset,
+    any other env id the plain defaults)."""
+    preset = PRESETS.get(env_id, ATARI if env_id.startswith("ALE/") else {})
+    return dataclasses.replace(Config(), **preset)
 
 
 def from_dict(values: dict) -> Config:

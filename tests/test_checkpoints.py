@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -17,8 +18,8 @@ from test_training import read_rows, refused, run_cli, train
 @pytest.fixture(scope="module")
 def trained_run_and_console(tmp_path_factory):
     """A short CartPole run (~500 episodes) that checkpoints every 0.2 s and keeps the newest 2;
-    after its first best checkpoint (episode 100), the rate limit holds the others back until
-    the end of the run."""
+    after the first trial for its best checkpoint (from episode 100), the rate limit holds the
+    others back until the end of the run, whose last candidates are tried then."""
     summary, console = train("CartPole-v1", tmp_path_factory.mktemp("runs"), max_episodes=None,
                              max_steps=12_000, checkpoint_every_s=0.2, keep_checkpoints=2,
                              log_every_s=0.2, best_checkpoint_every_s=3600)
@@ -52,12 +53,12 @@ def test_the_best_checkpoint_plays_its_trial_score_again(trained_run):
     folder = os.path.join(trained_run, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER)
     with open(os.path.join(folder, a3c.BEST_INFO)) as f:
         info = json.load(f)
-    env = a3c.make_env(env_id, cfg)
+    env = a3c.make_envs(env_id, cfg, 1)
     spec = a3c.env_spec(env, env_id)
     graph = a3c.tf.Graph()
     with graph.as_default():
         net = a3c.ACNet("global", spec, cfg)
-        saver = a3c.v1.train.Saver(var_list=net.actor_params + net.critic_params)
+        saver = a3c.v1.train.Saver(var_list=net.params)
     with a3c.v1.Session(graph=graph) as sess:
         saver.restore(sess, a3c.latest_checkpoint(folder))
         greedy = sess.make_callable(net.policy.greedy_action, feed_list=[net.obs])
@@ -298,6 +299,12 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp
         progress_lines += line.startswith("episodes")
         if progress_lines == 3:  # at least two periodic checkpoints are written by now
             break
+    best_info = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*", "checkpoints", "best", "best.json"))
+    deadline = time.time() + 60
+    while not best_info and time.time() < deadline:  # and a best agent, once a trial has ended
+        time.sleep(0.1)
+        best_info = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*", "checkpoints", "best",
+                                           "best.json"))
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
@@ -393,12 +400,14 @@ def test_the_worker_trains_at_the_annealed_rate_the_log_gives(tmp_path):
     assert moved == {0.0: False, 1.0: True}
 
 
-def test_ctrl_c_during_set_up_says_nothing_was_trained(tmp_path, capsys):
-    InterruptingEnv.make_count = 3  # the probe, one worker's env, then Ctrl-C
+@pytest.mark.parametrize("trial_episodes", [0, 5])
+def test_ctrl_c_during_set_up_says_nothing_was_trained(trial_episodes, tmp_path, capsys):
+    # the probe, one env (a trial env if there are trials, else a worker's), then Ctrl-C
+    InterruptingEnv.make_count = 3
     try:
         code, err = run_cli(["--env", "A3CTest/Interrupting-v0", "--workers", "2",
-                             "--max-episodes", "10", "--no-plot", "--results-dir", str(tmp_path)],
-                            capsys)
+                             "--max-episodes", "10", "--no-plot", "--results-dir", str(tmp_path),
+                             "--set", f"best_trial_episodes={trial_episodes}"], capsys)
     finally:
         InterruptingEnv.make_count = 0
     assert code == 130
@@ -678,14 +687,56 @@ def test_the_best_checkpoint_is_the_candidate_that_played_best_in_its_trials(tmp
 
     best.try_final(sess, log)  # the final net plays 0 as well: best/ stays
     assert on_disk()[0]["episode"] == 102
-    prefer(1)
-    play([0.0])
-    best.best_score = 0.5  # had the best scored less, the final net (it plays 1) would win
-    best.try_final(sess, log)
-    info, _ = on_disk()
-    assert (info["episode"], info["score"]) == (104, 1.0)
-    assert info["mean_100"] == pytest.approx(log.progress()["running"])
     assert len(glob.glob(os.path.join(best.folder, "model-*.index"))) == 1, "only the best is kept"
+    close()
+
+
+def test_the_final_net_is_tried_even_below_the_best_mean_100(tmp_path):
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    prefer(0)
+    play([1.0] * 100)
+    assert best.try_candidate(sess, log, never) is True
+    prefer(1)
+    play([-100.0])  # the mean-100 falls, but the final net plays better than the best
+    best.try_final(sess, log)
+    info, stored_bias = on_disk()
+    assert (info["episode"], info["score"]) == (101, 1.0)
+    assert info["mean_100"] == pytest.approx(log.progress()["running"])
+    np.testing.assert_array_equal(stored_bias, [0.0, 5.0])
+    close()
+
+
+def test_the_candidate_is_the_net_at_the_rise_even_when_its_trial_waits(tmp_path):
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    prefer(1)
+    play([1.0] * 100)
+    assert best.take_if_risen(sess, log)  # copied now, at the rise ...
+    prefer(0)  # ... while the global net moves on before the trial
+    play([0.0] * 3)
+    assert best.try_pending(sess, never)
+    info, stored_bias = on_disk()
+    assert (info["episode"], info["env_steps"], info["score"]) == (100, 1000, 1.0)
+    np.testing.assert_array_equal(stored_bias, [0.0, 5.0])
+    close()
+
+
+def test_a_resumed_best_scored_another_way_is_scored_again(tmp_path):
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    prefer(1)
+    play([1.0] * 100)
+    assert best.try_candidate(sess, log, never)
+    info, _ = on_disk()
+    close()
+    # as an earlier version wrote it: no trial score, only the mean-100 (here below the score)
+    old = {k: info[k] for k in ("mean_100", "episode", "env_steps", "checkpoint")}
+    old["mean_100"] = 0.25
+    with open(os.path.join(best.folder, a3c.BEST_INFO), "w") as f:
+        json.dump(old, f)
+    resumed, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    assert resumed.best_score == 1.0, "played again, not taken as its mean-100"
+    prefer(0)
+    play([1.0] * 100)  # a higher mean-100 whose net plays 0: it must not replace the best
+    assert resumed.try_candidate(sess, log, never) is False
     close()
 
 

@@ -1,0 +1,228 @@
+"""Atari from pixels: ale-py's vector env as a worker's batch, the CNN trunk, the shared update."""
+import dataclasses
+import glob
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+
+import a3c
+import config as config_module
+from graphs import build_session
+from test_training import read_rows, refused
+
+PONG = "ALE/Pong-v5"
+SMALL = dict(workers=2, envs_per_worker=2, n_steps=5, log_every_s=0.5, best_trial_episodes=2)
+
+
+def atari_config(**fields):
+    return dataclasses.replace(config_module.config_for(PONG), **{**SMALL, **fields})
+
+
+def test_every_atari_id_gets_the_atari_preset():
+    for env_id in (PONG, "ALE/Breakout-v5", "ALE/SpaceInvaders-v5"):
+        cfg = config_module.config_for(env_id)
+        assert (cfg.reward_clip, cfg.envs_per_worker, cfg.max_episodes) == (1.0, 8, None)
+    assert config_module.config_for("CartPole-v1").reward_clip is None
+
+
+def test_atari_envs_give_uint8_frame_stacks_and_the_final_frames_of_a_cut_game():
+    cfg = atari_config(max_episode_steps=30)  # 120 frames: a game cut by the time limit
+    envs = a3c.make_envs(PONG, cfg, 2)
+    spec = a3c.env_spec(envs, PONG)
+    assert spec.image and spec.obs_shape == (4, 84, 84) and spec.obs_dtype == np.uint8
+    assert spec.discrete and spec.n_actions == 6
+    obs = envs.reset([5, 6])
+    assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+    for step in range(1, 31):
+        next_obs, rewards, terminated, truncated = envs.step(np.array([0, 0]))
+        assert rewards.dtype == np.float64 and not np.any(terminated)
+        if step < 30:
+            assert not np.any(truncated)
+            np.testing.assert_array_equal(next_obs[:, :3], obs[:, 1:], "the stack shifts by one")
+        obs = np.asarray(next_obs)
+    assert np.all(truncated), "cut at 30 agent steps"
+    for k in range(2):
+        first = envs.restart(k)
+        assert not np.array_equal(first, next_obs[k]), "the final frames, not the new game's"
+        assert np.all(first[:3] == first[3]) or np.all(first[:3] == 0), "a fresh stack"
+    envs.close()
+
+
+def test_same_seeds_give_the_same_games():
+    cfg = atari_config()
+    runs = []
+    for _ in range(2):
+        envs = a3c.make_envs(PONG, cfg, 2)
+        frames = [envs.reset([11, 12])]
+        for action in [2, 3, 2, 2, 3, 0, 1] * 5:
+            frames.append(np.asarray(envs.step(np.array([action, 5 - action]))[0]))
+        envs.close()
+        runs.append(np.stack(frames))
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads():
+    cfg = atari_config(workers=2, envs_per_worker=2, n_steps=3, shared_lr=1e-3)
+    envs = a3c.make_envs(PONG, cfg, 1)
+    spec = a3c.env_spec(envs, PONG)
+    envs.close()
+    sess, global_net, workers = build_session(spec, cfg)
+    worker = workers[0]
+    names = [v.op.name for v in global_net.params]
+    assert [n for n in names if "conv" in n] == ["global/trunk/conv0/w", "global/trunk/conv0/b",
+                                                 "global/trunk/conv1/w", "global/trunk/conv1/b"]
+    assert sess.run(global_net.params[0]).shape == (8, 8, 4, 16)  # the A3C paper's first layer
+    with sess.graph.as_default():
+        slots = [v.op.name for v in a3c.v1.global_variables() if "RMSProp" in v.op.name]
+    optimisers = {name.split("/")[-1] for name in slots}
+    assert optimisers == {"RMSProp", "RMSProp_1"}, "one optimiser: mean square and momentum slots"
+
+    rng = np.random.default_rng(3)
+    T, E = cfg.n_steps, cfg.envs_per_worker
+    frames = rng.integers(0, 256, (T * E, 4, 84, 84), dtype=np.uint8)
+    feed = {worker.obs: frames, worker.actions: rng.integers(0, 6, T * E).astype(np.int32),
+            worker.next_obs: rng.integers(0, 256, (T * E, 4, 84, 84), dtype=np.uint8),
+            worker.rewards: rng.choice([-1.0, 0.0, 1.0], (T, E)).astype(np.float32),
+            worker.terminated: np.zeros((T, E), np.float32),
+            worker.ended: np.zeros((T, E), np.float32)}
+    sess.run(worker.pull)
+    before = sess.run(global_net.params)
+    sess.run(worker.push_and_pull, feed)
+    after = sess.run(global_net.params)
+    for name, b, a in zip(names, before, after):
+        assert not np.array_equal(b, a), f"{name} was not trained"
+    for local, glob_ in zip(sess.run(worker.params), after):
+        np.testing.assert_array_equal(local, glob_)
+    sess.close()
+
+
+def test_the_shared_loss_weights_the_value_loss_by_its_coefficient():
+    cfg = atari_config(workers=1, envs_per_worker=1, n_steps=2, value_loss_coef=0.25)
+    envs = a3c.make_envs(PONG, cfg, 1)
+    spec = a3c.env_spec(envs, PONG)
+    envs.close()
+    sess, global_net, (worker,) = build_session(spec, cfg)
+    rng = np.random.default_rng(4)
+    feed = {worker.obs: rng.integers(0, 256, (2, 4, 84, 84), dtype=np.uint8),
+            worker.actions: np.array([1, 4], np.int32),
+            worker.next_obs: rng.integers(0, 256, (2, 4, 84, 84), dtype=np.uint8),
+            worker.rewards: np.array([[1.0], [-1.0]], np.float32),
+            worker.terminated: np.zeros((2, 1), np.float32), worker.ended: np.zeros((2, 1), np.float32)}
+    sess.run(worker.pull)
+    fc = next(v for v in worker.params if v.op.name.endswith("trunk/fc/w"))
+    with sess.graph.as_default():
+        weighted = a3c.tf.gradients(worker.actor_loss + 0.25 * worker.critic_loss, [fc])[0]
+        unweighted = a3c.tf.gradients(worker.actor_loss + worker.critic_loss, [fc])[0]
+    want, raw = sess.run([weighted, unweighted], feed)
+    norm = sess.run(worker.grad_norm, feed)
+    got = sess.run(worker.clipped_grads[0][worker.params.index(fc)], feed)
+    scale = min(1.0, cfg.clip_norm / norm)
+    np.testing.assert_allclose(got, want * scale, rtol=1e-4, atol=1e-7)
+    assert not np.allclose(want, raw), "the coefficient changes the gradient"
+    sess.close()
+
+
+def test_learning_rewards_are_clipped_and_logged_returns_are_raw():
+    cfg = atari_config(workers=1, envs_per_worker=2, n_steps=5, reward_clip=0.5)
+    envs = a3c.make_envs(PONG, cfg, 1)
+    spec = a3c.env_spec(envs, PONG)
+    envs.close()
+    sess, _, (net,) = build_session(spec, cfg)
+    worker = a3c.Worker(0, net, PONG, spec, cfg)
+    worker.prepare(sess, seed=1)
+    learned = []
+    for _ in range(60):  # 300 agent steps: Pong's first points fall within ~100, a game lasts longer
+        worker.rollout()
+        learned.append(worker.rewards.copy())
+        worker.chosen_actions = None
+    learned = np.concatenate(learned)
+    assert set(np.unique(learned)) <= {-0.5, 0.0, 0.5} and np.any(learned != 0), "clipped"
+    scores = worker.episode_return  # the games so far (none ends in 300 steps), in raw points
+    assert np.any(np.abs(scores) >= 1)
+    np.testing.assert_array_equal(scores, 2 * learned.sum(axis=0), "raw: each +-1 learned as +-0.5")
+    worker.close()
+    sess.close()
+
+
+def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records(tmp_path, capsys):
+    # games cut at 10 agent steps: 100 of them, and the trials of a best agent, within the budget
+    cfg = atari_config(max_steps=1600, max_episode_steps=10, best_checkpoint_every_s=0.0)
+    out = io.StringIO()
+    summary = a3c.train(PONG, cfg, str(tmp_path), show_plot=False, out=out)
+    run_dir = summary["run_dir"]
+    assert os.path.basename(os.path.dirname(run_dir)) == "ALE_Pong-v5"
+    rows = read_rows(run_dir)[1:]
+    assert len(rows) >= 150 and {int(r[5]) for r in rows} == {10}
+    assert all(float(r[4]) == int(float(r[4])) and -10 <= float(r[4]) <= 10 for r in rows)
+    with open(os.path.join(run_dir, "config.json")) as f:
+        assert json.load(f)["effective_learning_rates"] == [cfg.shared_lr]
+    assert glob.glob(os.path.join(run_dir, "checkpoints", "model-*.index"))
+    with open(os.path.join(run_dir, "checkpoints", "best", "best.json")) as f:
+        best = json.load(f)
+    assert best["trial_episodes"] == 2 and -10 <= best["score"] <= 10
+
+    # a resumed part draws a seed in [0, 2**32): ALE's C++ ints must take whatever it draws
+    assert a3c.main(["--resume", run_dir, "--max-steps", "2000", "--no-plot",
+                     "--set", "anneal_lr=false"]) == 0  # (its annealed rate reached 0)
+    assert len(read_rows(run_dir)) - 1 > len(rows)
+    capsys.readouterr()
+
+    assert a3c.main(["--eval", run_dir, "--episodes", "1", "--record"]) == 0
+    printed = capsys.readouterr().out
+    assert "ALE/Pong-v5: deterministic policy of the best checkpoint" in printed
+    assert os.path.getsize(os.path.join(run_dir, "episode.gif")) > 1000
+    refused(["--eval", run_dir, "--render"], capsys, "cannot render in a window", "--record")
+
+
+def test_atari_envs_take_any_seed_the_config_allows():
+    envs = a3c.make_envs(PONG, atari_config(), 2)
+    obs = envs.reset([2 ** 32 - 2, 2 ** 32 - 1])
+    assert obs.shape == (2, 4, 84, 84)
+    envs.close()
+
+
+@pytest.mark.parametrize("env_id, words", [
+    ("ALE/Pong-v4", ["only the ALE/<Game>-v5 ids", "ALE/Pong-v5"]),
+    ("ALE/NoSuchGame-v5", ["ALE/NoSuchGame-v5", "pprint_registry"]),
+])
+def test_cli_refuses_atari_ids_it_cannot_run(env_id, words, capsys, tmp_path):
+    refused(["--env", env_id, "--results-dir", str(tmp_path / "out"), "--no-plot"], capsys, *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_refuses_a_bad_cnn_name(capsys, tmp_path):
+    refused(["--env", PONG, "--set", "cnn=resnet", "--results-dir", str(tmp_path / "out")],
+            capsys, "cnn must be a3c or nature")
+    assert not (tmp_path / "out").exists()
+
+
+def test_returns_bootstrap_from_the_cnn_values_of_exactly_the_rows_they_need():
+    """The CNN net computes V(s') only where an episode ended or the rollout does: the returns
+    must be those of V(s') on every row."""
+    cfg = atari_config(workers=1, envs_per_worker=3, n_steps=4, gamma=0.9)
+    envs = a3c.make_envs(PONG, cfg, 1)
+    spec = a3c.env_spec(envs, PONG)
+    envs.close()
+    sess, _, (worker,) = build_session(spec, cfg)
+    sess.run(worker.pull)
+    rng = np.random.default_rng(8)
+    T, E = 4, 3
+    next_obs = rng.integers(0, 256, (T * E, 4, 84, 84), dtype=np.uint8)
+    rewards = rng.normal(size=(T, E)).astype(np.float32)
+    ended = np.array([[0, 1, 0], [0, 0, 0], [1, 0, 0], [0, 0, 1]], np.float32)
+    terminated = np.array([[0, 1, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]], np.float32)  # env 0: cut
+    got = sess.run(worker.returns, {worker.next_obs: next_obs, worker.rewards: rewards,
+                                    worker.ended: ended, worker.terminated: terminated})
+    values = sess.run(worker.value, {worker.obs: next_obs}).reshape(T, E)
+    want = np.zeros((T, E))
+    following = values[-1]
+    for t in reversed(range(T)):
+        bootstrap = ended[t] * values[t] + (1 - ended[t]) * following
+        want[t] = rewards[t] + 0.9 * (1 - terminated[t]) * bootstrap
+        following = want[t]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert np.abs(values).max() > 1e-3, "values that matter"
+    sess.close()
