@@ -2,6 +2,8 @@
 
     python bench/throughput.py --also-unpinned         # the full grid (~30 minutes on 2 cores)
     python bench/throughput.py --envs Pendulum-v1 --workers 8 --envs-per-worker 1 4 16 --no-save
+    python bench/throughput.py --envs ALE/Pong-v5 --workers 2 4 8 --envs-per-worker 8 \
+        --set pin_threads=true --also-unpinned --repeats 1 --tag _atari   # --set cnn=nature too
 
 For each environment it first times a bare single-thread loop (gym.make, a fixed valid action, no
 policy), then trains for a fixed number of env steps with every (workers, envs per worker) pair,
@@ -33,10 +35,23 @@ FIXED_ACTIONS = {"Pendulum-v1": [0.0], "CartPole-v1": 0}
 
 
 def bare_loop(env_id: str, steps: int) -> float:
-    """Steps/s of one thread stepping the env with a fixed action, resetting at episode ends."""
+    """Steps/s of one thread stepping the env with a fixed action, resetting at episode ends
+    (an Atari game: one ale-py vector env of 8 games, its steps counted per game)."""
     import gymnasium as gym
     import numpy as np
 
+    if env_id.startswith("ALE/"):
+        import a3c
+        import config as config_module
+        games = a3c.make_envs(env_id, config_module.config_for(env_id), 8)
+        games.reset(np.arange(8))
+        actions = np.zeros(8, np.int32)
+        start = time.perf_counter()
+        for _ in range(steps // 8):
+            games.step(actions)  # the vector env starts ended games anew by itself
+        rate = (steps // 8) * 8 / (time.perf_counter() - start)
+        games.close()
+        return rate
     env = gym.make(env_id)
     action = FIXED_ACTIONS.get(env_id)
     if action is None:
@@ -99,6 +114,8 @@ def measure(env_id, workers, envs_per_worker, steps, repeats, sets) -> dict:
 def steps_for(env_id: str, workers: int, envs_per_worker: int) -> int:
     """Long enough for a steady state: at least 3 episodes per env for Pendulum's 200-step waves."""
     envs = workers * envs_per_worker
+    if env_id.startswith("ALE/"):  # a CNN on 2 cores: some hundreds of agent steps/s
+        return 20_000
     return max(40_000, 3 * 200 * envs) if env_id == "Pendulum-v1" else max(40_000, 150 * envs)
 
 
@@ -114,6 +131,8 @@ def main(argv=None) -> int:
                              "right after it")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"))
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--tag", default="", help="suffix of the output names: --tag _atari "
+                        "writes throughput_atari.md and .png")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -125,7 +144,8 @@ def main(argv=None) -> int:
         os.makedirs(args.out, exist_ok=True)  # now, not after the measurements
     rows, bare = [], {}
     for env_id in args.envs:
-        bare[env_id] = statistics.median(bare_loop(env_id, 50_000) for _ in range(args.repeats))
+        bare_steps = 8_000 if env_id.startswith("ALE/") else 50_000
+        bare[env_id] = statistics.median(bare_loop(env_id, bare_steps) for _ in range(args.repeats))
         print(f"{env_id}: bare loop {bare[env_id]:,.0f} steps/s", flush=True)
         for workers in args.workers:
             for per_worker in args.envs_per_worker:
@@ -145,9 +165,9 @@ def main(argv=None) -> int:
     text = table(rows, bare, args)
     print(text)
     if not args.no_save:
-        with open(os.path.join(args.out, "throughput.md"), "w") as f:
+        with open(os.path.join(args.out, f"throughput{args.tag}.md"), "w") as f:
             f.write(text + "\n")
-        plot(rows, bare, os.path.join(args.out, "throughput.png"))
+        plot(rows, bare, os.path.join(args.out, f"throughput{args.tag}.png"))
     return 0
 
 
@@ -155,7 +175,7 @@ def table(rows, bare, args) -> str:
     import a3c
 
     lines = ["# Throughput benchmark", "",
-             f"`python bench/throughput.py{' --also-unpinned' if args.also_unpinned else ''}` on "
+             f"`python bench/throughput.py{' '.join([''] + sys.argv[1:])}` on "
              f"{os.cpu_count()} cores, {args.repeats} runs per cell "
              f"(median, min..max), overrides: {', '.join(args.set) or 'none'}; versions: "
              f"{a3c.versions()}.", "",
