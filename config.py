@@ -109,8 +109,9 @@ class Config:
     (baselines' A2C: 0.5; the A3C paper halved the value gradient the same way)."""
     cnn: str = "a3c"
     """The trunk of image observations: "a3c" (the A3C paper's 16 8x8/4 -> 32 4x4/2 -> 256) or
-    "nature" (DQN's 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 -> 512). Measured here (FACTS): the "a3c" net
-    takes ~8.1k samples/s forward + gradients on 2 cores, "nature" ~3.0k."""
+    "nature" (DQN's 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 -> 512). Pong, 8 workers unpinned on 2
+    cores: 646 agent steps/s with "a3c", 404 with "nature" (results/throughput_atari*.md); which
+    learns more per step is not measured yet."""
     reward_clip: Optional[float] = None
     """Rewards for learning are clipped to [-reward_clip, reward_clip] before reward_shift and
     reward_scale (Atari: 1, as DQN and A3C did, so one learning rate fits every game's score
@@ -243,8 +244,9 @@ ATARI = dict(
     max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale; Pong is learned far sooner
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
-    pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong, 8 workers on 2 cores,
-                            # 40k steps: 635 steps/s unpinned, 484 pinned
+    pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
+                            # 646 steps/s unpinned, 463 pinned; 4 workers 749 and 508
+                            # (results/throughput_atari.md)
     repeat_action_probability=0.0,  # no sticky actions, like the ids the A3C figures come from
 )
 

@@ -153,8 +153,9 @@ def main(argv=None) -> int:
                 row = measure(env_id, workers, per_worker, steps, args.repeats, args.set)
                 cell = [row]
                 if row["pinned"] and args.also_unpinned:
+                    unpinned = [s for s in args.set if s.split("=")[0].strip() != "pin_threads"]
                     cell.append(dict(measure(env_id, workers, per_worker, steps, args.repeats,
-                                             args.set + ["pin_threads=false"]), comparison=True))
+                                             unpinned + ["pin_threads=false"]), comparison=True))
                 for row in cell:
                     row["ratio"] = row["steps_per_s"] / bare[env_id]
                     rows.append(row)
