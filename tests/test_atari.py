@@ -21,6 +21,15 @@ def atari_config(**fields):
     return dataclasses.replace(config_module.config_for(PONG), **{**SMALL, **fields})
 
 
+def pong_spec(cfg):
+    """The EnvSpec of Pong's frames and actions, read from a real ale-py vector env."""
+    envs = a3c.make_envs(PONG, cfg, 1)
+    try:
+        return a3c.env_spec(envs, PONG)
+    finally:
+        envs.close()
+
+
 def test_every_atari_id_gets_the_atari_preset():
     for env_id in (PONG, "ALE/Breakout-v5", "ALE/SpaceInvaders-v5"):
         cfg = config_module.config_for(env_id)
@@ -66,9 +75,7 @@ def test_same_seeds_give_the_same_games():
 
 def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads():
     cfg = atari_config(workers=2, envs_per_worker=2, n_steps=3, shared_lr=1e-3)
-    envs = a3c.make_envs(PONG, cfg, 1)
-    spec = a3c.env_spec(envs, PONG)
-    envs.close()
+    spec = pong_spec(cfg)
     sess, global_net, workers = build_session(spec, cfg)
     worker = workers[0]
     names = [v.op.name for v in global_net.params]
@@ -101,9 +108,7 @@ def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads():
 
 def test_the_shared_loss_weights_the_value_loss_by_its_coefficient():
     cfg = atari_config(workers=1, envs_per_worker=1, n_steps=2, value_loss_coef=0.25)
-    envs = a3c.make_envs(PONG, cfg, 1)
-    spec = a3c.env_spec(envs, PONG)
-    envs.close()
+    spec = pong_spec(cfg)
     sess, global_net, (worker,) = build_session(spec, cfg)
     rng = np.random.default_rng(4)
     feed = {worker.obs: rng.integers(0, 256, (2, 4, 84, 84), dtype=np.uint8),
@@ -127,9 +132,7 @@ def test_the_shared_loss_weights_the_value_loss_by_its_coefficient():
 
 def test_learning_rewards_are_clipped_and_logged_returns_are_raw():
     cfg = atari_config(workers=1, envs_per_worker=2, n_steps=5, reward_clip=0.5)
-    envs = a3c.make_envs(PONG, cfg, 1)
-    spec = a3c.env_spec(envs, PONG)
-    envs.close()
+    spec = pong_spec(cfg)
     sess, _, (net,) = build_session(spec, cfg)
     worker = a3c.Worker(0, net, PONG, spec, cfg)
     worker.prepare(sess, seed=1)
@@ -203,9 +206,7 @@ def test_returns_bootstrap_from_the_cnn_values_of_exactly_the_rows_they_need():
     """The CNN net computes V(s') only where an episode ended or the rollout does: the returns
     must be those of V(s') on every row."""
     cfg = atari_config(workers=1, envs_per_worker=3, n_steps=4, gamma=0.9)
-    envs = a3c.make_envs(PONG, cfg, 1)
-    spec = a3c.env_spec(envs, PONG)
-    envs.close()
+    spec = pong_spec(cfg)
     sess, _, (worker,) = build_session(spec, cfg)
     sess.run(worker.pull)
     rng = np.random.default_rng(8)
