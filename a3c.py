@@ -1576,13 +1576,13 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     if render and record:  # a window's render mode gives no frames, a recording's no window
         raise UsageError("--render and --record do not go together: --render shows the "
                          "episodes in a window, --record writes episode.gif; choose one")
-    if render and is_atari(read_run(run_dir)[0]):
+    env_id, cfg = read_run(run_dir)
+    if render and is_atari(env_id):
         raise UsageError("Atari games cannot render in a window (ale-py's vector env keeps no "
                          "screen); use --record to write the agent's frames to episode.gif")
     if render and not display_available():  # pygame would crash the process, not raise
         raise UsageError("--render needs a display and none is set (DISPLAY or WAYLAND_DISPLAY); "
                          "use --record to write episode.gif instead")
-    env_id, cfg = read_run(run_dir)
     checkpoint, played = pick_checkpoint(run_dir, checkpoint)
     render_mode = "human" if render else ("rgb_array" if record else None)
     if render_mode == "rgb_array":
