@@ -416,9 +416,59 @@ def network_input(obs, spec: EnvSpec, cfg: Config):
     return scaled_observations(obs, spec, cfg)
 
 
+def shared_trunk(spec: EnvSpec, cfg: Config) -> bool:
+    """Whether both heads sit on one trunk (the CNN, the LSTM, or both), which then trains on one
+    combined loss through one optimiser; otherwise the actor and critic are separate MLPs."""
+    return spec.image or cfg.use_lstm
+
+
 def head_sizes(spec: EnvSpec, cfg: Config) -> tuple:
-    """Hidden layers of the (actor, critic) heads: none on top of the CNN trunk's dense layer."""
-    return ((), ()) if spec.image else (cfg.actor_hidden, cfg.critic_hidden)
+    """Hidden layers of the (actor, critic) heads: none on top of a shared trunk."""
+    return ((), ()) if shared_trunk(spec, cfg) else (cfg.actor_hidden, cfg.critic_hidden)
+
+
+def lstm_state_placeholders(cfg: Config, batch, name: str) -> tuple:
+    """(c, h) placeholders of an LSTM state [batch, lstm_units]; () without an LSTM."""
+    if not cfg.use_lstm:
+        return ()
+    return tuple(v1.placeholder(tf.float32, [batch, cfg.lstm_units], f"{name}_{part}")
+                 for part in ("c", "h"))
+
+
+def lstm_step(features, state: tuple, cfg: Config):
+    """One step of the LSTM after the trunk, from get_variable + matmul (Keras' cells do not fit
+    a hand-built graph): (output h', state (c', h')) for features [B, F] and state (c, h) [B, U].
+    Its weights live in the trunk's scope, shared by every call."""
+    c, h = state
+    units = cfg.lstm_units
+    with v1.variable_scope("trunk", reuse=v1.AUTO_REUSE):
+        w = v1.get_variable("lstm/w", [features.shape[-1] + units, 4 * units],
+                            initializer=v1.orthogonal_initializer(1.0))
+        b = v1.get_variable("lstm/b", [4 * units], initializer=v1.zeros_initializer())
+    gates = tf.nn.bias_add(tf.matmul(tf.concat([features, h], axis=1), w), b)
+    write, candidate, forget, read = tf.split(gates, 4, axis=1)
+    # forget bias 1 (Jozefowicz et al. 2015, TF's own cells): remember by default at the start
+    c = tf.sigmoid(forget + 1.0) * c + tf.sigmoid(write) * tf.tanh(candidate)
+    h = tf.sigmoid(read) * tf.tanh(c)
+    return h, (c, h)
+
+
+def lstm_unroll(features, initial_state: tuple, ended, cfg: Config):
+    """The LSTM over a time-major rollout: features [T * E, F], initial_state the (c, h) [E, U]
+    each env had at the rollout's first step, ended [T, E]. An env's state is zeroed after a step
+    that ended its episode, as the worker did while acting. Returns the outputs [T * E, U] and
+    the state after each step (before that zeroing) [T * E, U] each, for the bootstrap values."""
+    steps, envs = ended.shape
+    inputs = tf.unstack(tf.reshape(features, [steps, envs, features.shape[-1]]), num=steps)
+    state, outputs, states = initial_state, [], []
+    for t in range(steps):
+        if t > 0:
+            going_on = (1.0 - ended[t - 1])[:, None]
+            state = tuple(part * going_on for part in state)
+        output, state = lstm_step(inputs[t], state, cfg)
+        outputs.append(output)
+        states.append(state)
+    return tf.concat(outputs, 0), tuple(tf.concat(parts, 0) for parts in zip(*states))
 
 
 def n_step_returns(rewards, next_values, terminated, ended, gamma):
@@ -457,6 +507,10 @@ class ACNet:
          copy the global parameters back into this net, in one session call.
       current_obs [E, obs_dim] -> policy_after_pull: the next step's actions, chosen in that same
          call with the parameters just pulled (one act call fewer per rollout).
+    With use_lstm, each (c, h) pair [B or E, lstm_units] goes beside its observations: state_in ->
+    state_out while acting, current_state -> state_after_pull, and rollout_state, the state at
+    the rollout's first step, from which train_policy and train_value unroll the LSTM over the
+    rollout (without an LSTM these tuples are empty and train_* are policy and value).
     """
 
     def __init__(self, scope: str, spec: EnvSpec, cfg: Config, global_net: "ACNet" = None,
@@ -465,9 +519,13 @@ class ACNet:
         actor_hidden, critic_hidden = head_sizes(spec, cfg)
         with v1.variable_scope(scope):
             self.obs = v1.placeholder(spec.obs_dtype, [None, *spec.obs_shape], "obs")
-            features = network_input(self.obs, spec, cfg)
-            self.policy = build_actor(features, spec, cfg, actor_hidden)
-            self.value = build_critic(features, cfg, critic_hidden)
+            self.features = network_input(self.obs, spec, cfg)
+            # with an LSTM, one step from the state fed beside obs; state_out is the next one
+            self.state_in = lstm_state_placeholders(cfg, None, "state")
+            heads_input, self.state_out = (lstm_step(self.features, self.state_in, cfg)
+                                           if cfg.use_lstm else (self.features, ()))
+            self.policy = build_actor(heads_input, spec, cfg, actor_hidden)
+            self.value = build_critic(heads_input, cfg, critic_hidden)
             trainable = v1.GraphKeys.TRAINABLE_VARIABLES
             self.actor_params = v1.get_collection(trainable, f"{scope}/actor")
             self.critic_params = v1.get_collection(trainable, f"{scope}/critic")
@@ -486,28 +544,43 @@ class ACNet:
         self.terminated = v1.placeholder(tf.float32, [T, E], "terminated")
         self.ended = v1.placeholder(tf.float32, [T, E], "ended")
 
-        if spec.image:
+        # the rollout's obs are fed to self.obs; with an LSTM they go through it in time order
+        # from the state each env had at the rollout's first step
+        self.rollout_state = lstm_state_placeholders(cfg, E, "rollout_state")
+        if cfg.use_lstm:
+            outputs, states_after = lstm_unroll(self.features, self.rollout_state, self.ended, cfg)
+            with v1.variable_scope(v1.get_variable_scope(), reuse=True):
+                self.train_policy = build_actor(outputs, spec, cfg, actor_hidden)
+            self.train_value = build_critic(outputs, cfg, critic_hidden)
+        else:
+            self.train_policy, self.train_value = self.policy, self.value
+
+        if shared_trunk(spec, cfg):
             # only V(s') where an episode ended or the rollout does is used (n_step_returns):
-            # the CNN runs on those rows alone, E of T * E in most rollouts
+            # the trunk runs on those rows alone, E of T * E in most rollouts; with an LSTM,
+            # from the state after that step (before an episode's end zeroed it)
             last_step = np.zeros((T, E), bool)
             last_step[-1] = True
             needed = tf.where(tf.reshape(tf.logical_or(self.ended > 0, last_step), [-1]))
-            some_values = build_critic(network_input(tf.gather_nd(self.next_obs, needed), spec, cfg),
-                                       cfg, critic_hidden)
+            features = network_input(tf.gather_nd(self.next_obs, needed), spec, cfg)
+            if cfg.use_lstm:
+                features, _ = lstm_step(features, tuple(tf.gather_nd(part, needed)
+                                                        for part in states_after), cfg)
+            some_values = build_critic(features, cfg, critic_hidden)
             next_values = tf.scatter_nd(needed, some_values, [T * E])
         else:  # a tiny MLP runs on all T * E rows faster than a gather and a scatter
             next_values = build_critic(network_input(self.next_obs, spec, cfg), cfg, critic_hidden)
         next_values = tf.stop_gradient(tf.reshape(next_values, [T, E]))
         self.returns = n_step_returns(self.rewards, next_values, self.terminated, self.ended, cfg.gamma)
         flat_returns = tf.reshape(self.returns, [-1])
-        advantages = tf.stop_gradient(flat_returns - self.value)
+        advantages = tf.stop_gradient(flat_returns - self.train_value)
 
-        self.entropy = tf.reduce_mean(self.policy.entropy)
-        self.actor_loss = (-tf.reduce_mean(self.policy.log_prob(self.actions) * advantages)
+        self.entropy = tf.reduce_mean(self.train_policy.entropy)
+        self.actor_loss = (-tf.reduce_mean(self.train_policy.log_prob(self.actions) * advantages)
                            - cfg.entropy_beta * self.entropy)
-        self.critic_loss = tf.reduce_mean(tf.square(flat_returns - self.value))
+        self.critic_loss = tf.reduce_mean(tf.square(flat_returns - self.train_value))
 
-        if spec.image:  # one trunk, so one loss and one optimiser (as the A3C paper on Atari)
+        if shared_trunk(spec, cfg):  # one loss and one optimiser (as the A3C paper on Atari)
             losses = [(self.actor_loss + cfg.value_loss_coef * self.critic_loss,
                        self.params, global_net.params)]
         else:  # separate MLPs: each its own loss and optimiser
@@ -519,7 +592,7 @@ class ACNet:
             clipped.append(grads)
             norms.append(norm)
         self.clipped_grads = clipped  # one list per optimiser
-        if not spec.image:
+        if not shared_trunk(spec, cfg):
             self.actor_grads, self.critic_grads = clipped
         self.grad_norm = tf.sqrt(tf.add_n([tf.square(n) for n in norms]))  # before clipping
         # a NaN or inf anywhere in the losses or gradients makes this norm non-finite: the check
@@ -542,24 +615,28 @@ class ACNet:
             self.push_and_pull = copy_global_params()
 
         self.current_obs = v1.placeholder(spec.obs_dtype, [E, *spec.obs_shape], "current_obs")
+        self.current_state = lstm_state_placeholders(cfg, E, "current_state")
         with tf.control_dependencies([self.push_and_pull]):  # read the parameters just pulled
             with v1.variable_scope(v1.get_variable_scope(), reuse=True):
-                self.policy_after_pull = build_actor(
-                    network_input(self.current_obs, spec, cfg), spec, cfg, actor_hidden)
+                features = network_input(self.current_obs, spec, cfg)
+                features, self.state_after_pull = (lstm_step(features, self.current_state, cfg)
+                                                   if cfg.use_lstm else (features, ()))
+                self.policy_after_pull = build_actor(features, spec, cfg, actor_hidden)
 
 
 def learning_rates(cfg: Config, spec: EnvSpec = None) -> tuple:
     """The rate of each optimiser, divided by sqrt(workers) when scale_lr_with_workers is on:
     (actor, critic) for separate MLPs, (shared_lr,) for a network with a shared trunk."""
     divisor = math.sqrt(cfg.workers) if cfg.scale_lr_with_workers else 1.0
-    rates = (cfg.shared_lr,) if spec is not None and spec.image else (cfg.actor_lr, cfg.critic_lr)
+    rates = ((cfg.shared_lr,) if spec is not None and shared_trunk(spec, cfg)
+             else (cfg.actor_lr, cfg.critic_lr))
     return tuple(rate / divisor for rate in rates)
 
 
 def build_graph(spec: EnvSpec, cfg: Config):
     """The global net on the CPU, its optimisers (actor and critic, or one for a shared trunk),
     and one ACNet per worker."""
-    names = ("RMSProp",) if spec.image else ("RMSPropActor", "RMSPropCritic")
+    names = ("RMSProp",) if shared_trunk(spec, cfg) else ("RMSPropActor", "RMSPropCritic")
     with tf.device("/cpu:0"):
         global_net = ACNet("global", spec, cfg)
         # the fraction of the learning rates in force; workers feed 1 - budget used when annealing
@@ -787,19 +864,24 @@ class Worker:
                         else np.zeros((T, E, spec.n_actions), np.float32))
         self.episode_return = np.zeros(E)
         self.episode_length = np.zeros(E, np.int64)
+        # with an LSTM: each env's (c, h), carried from step to step and rollout to rollout,
+        # zeroed when its episode ends; () without one
+        self.state = tuple(np.zeros((E, cfg.lstm_units), np.float32) for _ in net.state_in)
 
     def prepare(self, sess, seed: int) -> None:
         """Build this worker's two session calls, pull the global parameters and reset the envs
         with seeds drawn from `seed` (the run's, or a resumed part's). TensorFlow prepares a
         callable's executors when it is made, so this runs before the clock starts."""
         net = self.net
-        self.act = session_callable(sess, [net.policy.sample, net.policy.env_action], [net.obs])
+        self.act = session_callable(sess, [net.policy.sample, net.policy.env_action, *net.state_out],
+                                    [net.obs, *net.state_in])
         self.update = session_callable(
-            sess, [net.push_and_pull, net.entropy, net.grad_norm,
-                   net.policy_after_pull.sample, net.policy_after_pull.env_action],
+            sess, [net.push_and_pull, net.entropy, net.grad_norm, net.policy_after_pull.sample,
+                   net.policy_after_pull.env_action, *net.state_after_pull],
             [net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
-             net.current_obs, net.lr_fraction])
-        self.chosen_actions = None  # (sampled, for the envs) for self.obs, chosen by the last update
+             *net.rollout_state, net.current_obs, *net.current_state, net.lr_fraction])
+        # (sampled, for the envs, the LSTM state after this step) for self.obs, chosen by the last update
+        self.chosen_actions = None
         sess.run(net.pull)
         first_seed = seed * 1000 + self.index * len(self.envs)
         self.obs = self.envs.reset(first_seed + np.arange(len(self.envs))).astype(self.spec.obs_dtype)
@@ -811,11 +893,13 @@ class Worker:
         (per-env scalar writes cost more than the step of a cheap env)."""
         shift, scale, clip = self.cfg.reward_shift, self.cfg.reward_scale, self.cfg.reward_clip
         finished = []
+        self.rollout_state = self.state  # the training unroll starts from it
         for t in range(self.cfg.n_steps):
             self.rollout_obs[t] = self.obs
             if self.chosen_actions is None:
-                self.chosen_actions = self.act(self.obs)
-            self.actions[t], env_actions = self.chosen_actions
+                self.chosen_actions = self.act(self.obs, *self.state)
+            self.actions[t], env_actions, *state = self.chosen_actions
+            self.state = tuple(state)
             self.chosen_actions = None
             next_obs, raw_rewards, terminated, truncated = self.envs.step(env_actions)
             self.next_obs[t] = next_obs
@@ -826,6 +910,9 @@ class Worker:
             self.episode_return += raw_rewards
             self.episode_length += 1
             self.obs[:] = self.next_obs[t]
+            if self.state and self.ended[t].any():  # a new episode starts from a zero state
+                going_on = (1.0 - self.ended[t])[:, None]
+                self.state = tuple(part * going_on for part in self.state)
             for k in np.flatnonzero(self.ended[t]):
                 # the final observation stays in next_obs for the bootstrap; the env starts anew
                 finished.append((int(k), float(self.episode_return[k]), int(self.episode_length[k])))
@@ -842,8 +929,8 @@ class Worker:
         entropy, grad_norm, *self.chosen_actions = self.update(
             self.rollout_obs.reshape(T * E, *self.spec.obs_shape),
             self.actions.reshape(T * E, *self.actions.shape[2:]),
-            self.next_obs.reshape(T * E, *self.spec.obs_shape), self.rewards, self.terminated, self.ended, self.obs,
-            np.float32(lr_fraction))
+            self.next_obs.reshape(T * E, *self.spec.obs_shape), self.rewards, self.terminated,
+            self.ended, *self.rollout_state, self.obs, *self.state, np.float32(lr_fraction))
         return float(entropy), float(grad_norm)
 
     def work(self, coord, log: EpisodeLog) -> None:
@@ -872,6 +959,33 @@ class Worker:
 
     def close(self) -> None:
         self.envs.close()
+
+
+class GreedyPlayer:
+    """A net's deterministic policy (mean action / argmax) over a batch of envs, for the best
+    agent's trials and --eval: player(obs) gives the actions; with an LSTM it carries each env's
+    state from call to call, start() zeroes them all and restart(k) env k's."""
+
+    def __init__(self, sess, net: ACNet, count: int, obs_dtype):
+        self.call = session_callable(sess, [net.policy.greedy_action, *net.state_out],
+                                     [net.obs, *net.state_in])
+        self.state_shapes = [(count, part.shape[-1]) for part in net.state_in]
+        self.obs_dtype = obs_dtype
+        self.start()
+
+    def start(self) -> None:
+        self.state = tuple(np.zeros(shape, np.float32) for shape in self.state_shapes)
+
+    def restart(self, k: int) -> None:
+        if self.state:
+            self.state = tuple(np.array(part) for part in self.state)
+            for part in self.state:
+                part[k] = 0.0
+
+    def __call__(self, obs):
+        actions, *state = self.call(np.asarray(obs, self.obs_dtype), *self.state)
+        self.state = tuple(state)
+        return actions
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1302,8 +1416,7 @@ class BestCheckpoint:
         """Build the trial's act call; score a resumed run's best anew if it was scored another
         way than this run scores its candidates (a best.json of an earlier version has no trial
         score, or it was over another number of episodes): the two would not compare."""
-        self.greedy = session_callable(sess, [self.candidate.policy.greedy_action],
-                                       [self.candidate.obs])
+        self.greedy = GreedyPlayer(sess, self.candidate, self.trial_episodes, self.obs_dtype)
         info = self.on_disk
         if info is None or (info.get("trial_episodes") == self.trial_episodes and "score" in info):
             return
@@ -1403,19 +1516,20 @@ class BestCheckpoint:
         TRIAL_STEP_LIMIT steps (an env without a time limit) counts as cut there."""
         envs = self.trial_envs
         obs = envs.reset(TRIAL_SEED + np.arange(len(envs))).astype(self.obs_dtype)  # as fed
+        self.greedy.start()
         returns, playing = np.zeros(len(envs)), np.ones(len(envs), bool)
         for _ in range(TRIAL_STEP_LIMIT):
             if not playing.any():
                 break
             if should_stop():
                 return None
-            (actions,) = self.greedy(obs)
-            next_obs, rewards, terminated, truncated = envs.step(actions)
+            next_obs, rewards, terminated, truncated = envs.step(self.greedy(obs))
             returns += rewards * playing
             obs = np.array(next_obs, dtype=obs.dtype)
             for k in np.flatnonzero(np.logical_or(terminated, truncated)):
                 playing[k] = False  # an env that has played its episode plays on, unscored
                 obs[k] = envs.restart(k)
+                self.greedy.restart(k)
         return float(returns.mean())
 
     def write(self, sess) -> bool:
@@ -1608,7 +1722,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         sess.close()
         raise
 
-    greedy = sess.make_callable(net.policy.greedy_action, feed_list=[net.obs])
+    greedy = GreedyPlayer(sess, net, 1, spec.obs_dtype)
     try:
         returns, frames = run_greedy_episodes(env, greedy, episodes, record)
     except gym.error.DependencyNotInstalled as exc:
@@ -1633,12 +1747,13 @@ RECORD_FRAME_LIMIT = 5_000  # --record keeps an episode's first frames only (an 
 
 def run_greedy_episodes(env, greedy, episodes: int, record: bool,
                         first_seed: int = EVAL_SEED) -> tuple[list, list]:
-    """Play `episodes` episodes with the greedy policy in a batch of one env (GymEnvs or
+    """Play `episodes` episodes with a GreedyPlayer in a batch of one env (GymEnvs or
     AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first episode's
     frames when recording."""
     returns, frames = [], []
     for episode in range(episodes):
         obs = env.reset([first_seed + episode])
+        greedy.start()
         total, done = 0.0, False
         while not done:
             if record and episode == 0 and len(frames) < RECORD_FRAME_LIMIT:

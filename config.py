@@ -101,9 +101,9 @@ class Config:
 
     # --- Atari (ALE/<Game>-v5 ids): image observations, one network with a shared trunk ----
     shared_lr: float = 7e-4
-    """Learning rate of the one RMSProp of a network with a shared CNN trunk (the Atari nets;
-    OpenAI baselines' A2C on Atari: 7e-4, in the A3C paper's range). Separate MLPs use
-    actor_lr and critic_lr instead."""
+    """Learning rate of the one RMSProp of a network with a shared trunk (the Atari CNN, or any
+    net with use_lstm; OpenAI baselines' A2C on Atari: 7e-4, in the A3C paper's range).
+    Separate MLPs use actor_lr and critic_lr instead."""
     value_loss_coef: float = 0.5
     """A shared trunk trains on one loss, policy loss + value_loss_coef x value loss - entropy
     (baselines' A2C: 0.5; the A3C paper halved the value gradient the same way)."""
@@ -120,6 +120,14 @@ class Config:
     """Atari: the chance that the emulator repeats the previous action instead of the chosen
     one ("sticky actions"); 0.25 is what ALE/...-v5 ids mean (Machado et al. 2018). The figures
     usually quoted for A3C come from the old deterministic ids (0.0)."""
+    use_lstm: bool = False
+    """An LSTM of lstm_units cells after the trunk (the A3C paper's "A3C LSTM", whose Atari
+    scores beat its feed-forward net's on most games): each env's state is carried from step to
+    step and rollout to rollout, zeroed when its episode ends, and the update runs it over the
+    rollout from the state the rollout started with. Both heads then share the trunk, so they
+    train on one loss through one optimiser (shared_lr), flat observations too."""
+    lstm_units: int = 256
+    """Cells of the LSTM (A3C paper: 256)."""
     atari_threads: int = 1
     """Atari: C++ threads of each worker's ale-py vector env, which step its games. 1: with 8
     workers there are already more such threads than cores (not tuned further)."""
@@ -189,7 +197,8 @@ class Config:
                 raise ValueError(f"{field.name} must be a finite number, got {value}")
         if not 0 <= self.seed < 2 ** 32:
             raise ValueError(f"seed must be in [0, 2**32 - 1], got {self.seed}")
-        positive_ints = ("workers", "envs_per_worker", "n_steps", "keep_checkpoints", "atari_threads")
+        positive_ints = ("workers", "envs_per_worker", "n_steps", "keep_checkpoints", "atari_threads",
+                         "lstm_units")
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

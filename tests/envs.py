@@ -176,7 +176,28 @@ class PickOneEnv(gym.Env):
         return np.zeros(4, np.float32), float(action == 1), True, False, {}
 
 
-for name, cls in (("Countdown", CountdownEnv), ("PickOne", PickOneEnv), ("Failing", FailingEnv), ("BoxAction", BoxActionEnv),
+class CueEnv(gym.Env):
+    """Needs memory: the first observation shows a cue (-1 or 1), the next one nothing, and the
+    third says "now" (obs[1] = 1): the action taken then must name the cue (0 for -1, 1 for 1),
+    for a reward of 1, or -1 if it does not. A policy that sees only the present observation
+    scores 0 on average; one that remembers the cue scores 1."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.cue, self.t = int(self.np_random.integers(2)), 0
+        return np.array([2 * self.cue - 1, 0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t < 3:
+            return np.array([0, float(self.t == 2)], np.float32), 0.0, False, False, {}
+        return np.zeros(2, np.float32), 1.0 if int(action) == self.cue else -1.0, True, False, {}
+
+
+for name, cls in (("Countdown", CountdownEnv), ("Cue", CueEnv), ("PickOne", PickOneEnv), ("Failing", FailingEnv), ("BoxAction", BoxActionEnv),
                   ("NaNReward", NaNRewardEnv), ("ShiftedDiscrete", ShiftedDiscreteEnv),
                   ("Recording", RecordingEnv), ("Interrupting", InterruptingEnv),
                   ("MultiDiscrete", MultiDiscreteEnv), ("Image", ImageEnv)):

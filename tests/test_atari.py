@@ -73,8 +73,9 @@ def test_same_seeds_give_the_same_games():
     np.testing.assert_array_equal(runs[0], runs[1])
 
 
-def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads():
-    cfg = atari_config(workers=2, envs_per_worker=2, n_steps=3, shared_lr=1e-3)
+@pytest.mark.parametrize("use_lstm", [False, True])
+def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads(use_lstm):
+    cfg = atari_config(workers=2, envs_per_worker=2, n_steps=3, shared_lr=1e-3, use_lstm=use_lstm)
     spec = pong_spec(cfg)
     sess, global_net, workers = build_session(spec, cfg)
     worker = workers[0]
@@ -82,6 +83,12 @@ def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads():
     assert [n for n in names if "conv" in n] == ["global/trunk/conv0/w", "global/trunk/conv0/b",
                                                  "global/trunk/conv1/w", "global/trunk/conv1/b"]
     assert sess.run(global_net.params[0]).shape == (8, 8, 4, 16)  # the A3C paper's first layer
+    shapes = {n: v.shape.as_list() for n, v in zip(names, global_net.params)}
+    if use_lstm:  # 256 cells after the 256-unit fc layer: [fc + h, 4 gates x 256]
+        assert shapes["global/trunk/lstm/w"] == [512, 1024] and shapes["global/trunk/lstm/b"] == [1024]
+        assert shapes["global/actor/logits/w"] == [256, 6]
+    else:
+        assert not any("lstm" in n for n in names)
     with sess.graph.as_default():
         slots = [v.op.name for v in a3c.v1.global_variables() if "RMSProp" in v.op.name]
     optimisers = {name.split("/")[-1] for name in slots}
@@ -95,6 +102,8 @@ def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads():
             worker.rewards: rng.choice([-1.0, 0.0, 1.0], (T, E)).astype(np.float32),
             worker.terminated: np.zeros((T, E), np.float32),
             worker.ended: np.zeros((T, E), np.float32)}
+    for part in worker.rollout_state:
+        feed[part] = rng.normal(0, 0.5, (E, cfg.lstm_units)).astype(np.float32)
     sess.run(worker.pull)
     before = sess.run(global_net.params)
     sess.run(worker.push_and_pull, feed)

@@ -61,7 +61,7 @@ def test_the_best_checkpoint_plays_its_trial_score_again(trained_run):
         saver = a3c.v1.train.Saver(var_list=net.params)
     with a3c.v1.Session(graph=graph) as sess:
         saver.restore(sess, a3c.latest_checkpoint(folder))
-        greedy = sess.make_callable(net.policy.greedy_action, feed_list=[net.obs])
+        greedy = a3c.GreedyPlayer(sess, net, 1, spec.obs_dtype)
         returns, _ = a3c.run_greedy_episodes(env, greedy, info["trial_episodes"], False,
                                              first_seed=a3c.TRIAL_SEED)
     env.close()
