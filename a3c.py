@@ -162,6 +162,9 @@ class GymEnvs:
             env.close()
 
 
+FRAME_SKIP = 4  # emulator frames per Atari agent step (the standard preprocessing's skip)
+
+
 class AtariEnvs:
     """A worker's Atari games as one ale-py AtariVectorEnv: its C++ threads (atari_threads of
     them) step the games and do the standard preprocessing there: 4 frames skipped per
@@ -173,9 +176,9 @@ class AtariEnvs:
         game, _ = atari_game(env_id)
         self.game = game
         from ale_py.vector_env import AtariVectorEnv
-        frames = 108_000 if cfg.max_episode_steps is None else cfg.max_episode_steps * 4
+        frames = 108_000 if cfg.max_episode_steps is None else cfg.max_episode_steps * FRAME_SKIP
         self.vector = AtariVectorEnv(
-            game, count, num_threads=cfg.atari_threads, frameskip=4, maxpool=True, stack_num=4,
+            game, count, num_threads=cfg.atari_threads, frameskip=FRAME_SKIP, maxpool=True, stack_num=4,
             img_height=84, img_width=84, grayscale=True, noop_max=30, episodic_life=False,
             reward_clipping=False, repeat_action_probability=cfg.repeat_action_probability,
             full_action_space=False, max_num_frames_per_episode=frames,

@@ -3,11 +3,12 @@
     python bench/learning.py                          # Pendulum, CartPole, Acrobot; seeds 1-9
     python bench/learning.py --envs Pendulum-v1 --seeds 11 12 13 --set n_steps=10 --no-save
     python bench/learning.py --envs Pendulum-v1 --versus envs_per_worker=1 --tag _vs_envs1
+    python bench/learning.py --envs ALE/Pong-v5 --seeds 1 --frames 20e6 --tag _pong
 
 For each run it reports when the mean of the last 100 raw episode returns first reached the
 target (episode, env steps, wall seconds), the final and best mean-100, the mean return of the
-deterministic policy of the run's best checkpoint over 20 episodes (what `a3c.py --eval RUN`
-plays) and the throughput; then the median over seeds, and on how many seeds each column is at
+deterministic policy of the run's best checkpoint over 20 episodes (Atari: 5 games; what
+`a3c.py --eval RUN` plays) and the throughput; then the median over seeds, and on how many seeds each column is at
 or above the target. Writes results/learning.md and results/learning_<env>.png (mean and
 min..max band of the mean-100 curve over seeds), unless --no-save. Runs one training at a time:
 on a 2-core machine two benchmarks side by side measure each other. With --versus, every seed
@@ -30,7 +31,7 @@ import numpy as np  # noqa: E402
 
 import a3c  # noqa: E402
 import config as config_module  # noqa: E402
-from targets import TARGETS  # noqa: E402
+from targets import ATARI_TARGETS, TARGETS  # noqa: E402
 
 
 def first_reach(rows: dict, target: float):
@@ -40,17 +41,28 @@ def first_reach(rows: dict, target: float):
     return int(hits[0]) if len(hits) else None
 
 
-def run_one(env_id: str, seed: int, overrides: dict, workdir: str) -> dict:
-    target, budget = TARGETS.get(env_id, (np.inf, 1000))
-    cfg = dataclasses.replace(config_module.config_for(env_id), seed=seed, max_episodes=budget)
+def target_of(env_id: str) -> float:
+    return ATARI_TARGETS.get(env_id, np.inf) if a3c.is_atari(env_id) else TARGETS.get(env_id, (np.inf,))[0]
+
+
+def run_one(env_id: str, seed: int, overrides: dict, workdir: str, frames: int) -> dict:
+    target = target_of(env_id)
+    if a3c.is_atari(env_id):  # a budget of frames: each agent step is FRAME_SKIP of them
+        budget = dict(max_episodes=None, max_steps=frames // a3c.FRAME_SKIP)
+        budget_text, eval_episodes = f"{frames / 1e6:g}M frames", ATARI_EVAL_GAMES
+    else:
+        budget = dict(max_episodes=TARGETS.get(env_id, (np.inf, 1000))[1])
+        budget_text, eval_episodes = None, EVAL_EPISODES
+    cfg = dataclasses.replace(config_module.config_for(env_id), seed=seed, **budget)
     cfg = dataclasses.replace(cfg, **overrides)  # --set max_episodes=... may extend the budget
+    budget_text = budget_text or f"{cfg.max_episodes} ep"
     summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
     rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
-    evaluation = a3c.evaluate(summary["run_dir"], episodes=EVAL_EPISODES, out=io.StringIO())
+    evaluation = a3c.evaluate(summary["run_dir"], episodes=eval_episodes, out=io.StringIO())
     if os.sep + a3c.BEST_FOLDER + os.sep not in evaluation["checkpoint"]:  # it played the latest
         evaluation["mean"] = float("nan")
     hit = first_reach(rows, target)
-    return dict(env=env_id, seed=seed, budget=cfg.max_episodes, rows=rows,
+    return dict(env=env_id, seed=seed, budget=budget_text, rows=rows,
                 steps_per_s=summary["steps_per_s"],
                 wall_s=summary["wall_s"], env_steps=summary["env_steps"],
                 final=float(rows["running_return"][-1]),
@@ -62,6 +74,7 @@ def run_one(env_id: str, seed: int, overrides: dict, workdir: str) -> dict:
 
 
 EVAL_EPISODES = 20
+ATARI_EVAL_GAMES = 5  # a whole game lasts thousands of steps
 
 
 def fmt(value, spec="{:,.0f}"):
@@ -77,14 +90,15 @@ def median_or_never(values):
 
 def table(results: list[dict]) -> str:
     lines = ["| env | seed | target (mean-100) | reached at episode | env steps | wall s | "
-             f"final mean-100 | best mean-100 | eval of the best checkpoint ({EVAL_EPISODES} ep) | "
+             f"final mean-100 | best mean-100 | eval of the best checkpoint ({EVAL_EPISODES} "
+             f"episodes, Atari {ATARI_EVAL_GAMES} games) | "
              "env steps/s |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for env_id in dict.fromkeys(r["env"] for r in results):
         runs = [r for r in results if r["env"] == env_id]
-        target = TARGETS.get(env_id, (np.inf, 0))[0]
+        target = target_of(env_id)
         for r in runs:
-            lines.append(f"| {env_id} | {r['seed']} | {target:g} in {r['budget']} ep | "
+            lines.append(f"| {env_id} | {r['seed']} | {target:g} in {r['budget']} | "
                          f"{fmt(r['hit_episode'])} | {fmt(r['hit_steps'])} | "
                          f"{fmt(r['hit_wall'], '{:.1f}')} | {r['final']:.1f} | {r['best']:.1f} | "
                          f"{r['eval_best']:.1f} | {r['steps_per_s']:,.0f} |")
@@ -148,8 +162,8 @@ def plot(results: list[dict], env_id: str, path: str, settings: str) -> None:
     ax.fill_between(episodes, curves.min(0), curves.max(0), alpha=0.3, color="tab:blue",
                     label=f"min..max over {len(runs)} seeds")
     ax.plot(episodes, curves.mean(0), color="tab:blue", linewidth=2, label="mean of the mean-100")
-    target = TARGETS.get(env_id, (None,))[0]
-    if target is not None and np.isfinite(target):
+    target = target_of(env_id)
+    if np.isfinite(target):
         ax.axhline(target, color="tab:red", linestyle="--", linewidth=1, label=f"target {target:g}")
     ax.set_xlabel("episode")
     ax.set_ylabel("raw return (thin: episodes; band: mean-100)")
@@ -172,6 +186,8 @@ def main(argv=None) -> int:
     parser.add_argument("--versus", action="append", default=[], metavar="KEY=VALUE",
                         help="also run every seed with these overrides (on top of --set), next "
                              "to the plain run, and report the ratios")
+    parser.add_argument("--frames", type=float, default=10e6,
+                        help="Atari ids: the budget in emulator frames (agent steps x 4)")
     parser.add_argument("--out", default="results", help="where learning.md and the plots go")
     parser.add_argument("--tag", default="", help="suffix of the output names, e.g. _vs_envs1 writes "
                         "learning_vs_envs1.md and learning_vs_envs1_<env>.png")
@@ -188,7 +204,7 @@ def main(argv=None) -> int:
         for env_id in args.envs:
             for i, seed in enumerate(args.seeds):
                 for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
-                    r = run_one(env_id, seed, sides[side], workdir)
+                    r = run_one(env_id, seed, sides[side], workdir, int(args.frames))
                     results[side].append(r)
                     print(f"{env_id} seed {seed}" + (f" ({side})" if args.versus else "") +
                           f": reached at episode {fmt(r['hit_episode'])}, final mean-100 "
