@@ -1,0 +1,109 @@
+"""One run's learning curve for the committed results: its raw episode returns and their mean over
+the last 20 and 100 episodes, against env frames and against wall time, and a table of when each
+mean first reached the given levels.
+
+    python bench/curve.py results/ALE_Pong-v5/<run> --levels -20 -15 -10 0 18 --name pong_curve
+
+An Atari agent step is FRAME_SKIP (4) emulator frames; other envs count one frame per env step.
+Writes results/<name>.md and results/<name>.png (--out to put them elsewhere), read from the
+run's episodes.csv, config.json and checkpoints/best/best.json: nothing is typed by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import a3c  # noqa: E402
+
+
+def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the last `window` values at each index (NaN until there are that many)."""
+    sums = np.cumsum(np.insert(values, 0, 0.0))
+    means = np.full(len(values), np.nan)
+    means[window - 1:] = (sums[window:] - sums[:-window]) / window
+    return means
+
+
+def first_at(means: np.ndarray, level: float):
+    hits = np.nonzero(means >= level)[0]
+    return int(hits[0]) if len(hits) else None
+
+
+def hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--levels", nargs="+", type=float, default=[-20, -15, -10, 0, 18])
+    parser.add_argument("--name", required=True, help="output names: <name>.md and <name>.png")
+    parser.add_argument("--out", default="results")
+    args = parser.parse_args(argv)
+
+    env_id, cfg = a3c.read_run(args.run_dir)
+    rows = a3c.read_episodes(os.path.join(args.run_dir, "episodes.csv"))
+    per_step = a3c.FRAME_SKIP if a3c.is_atari(env_id) else 1
+    frames, wall, returns = rows["env_steps"] * per_step, rows["wall_s"], rows["return"]
+    means = {20: trailing_mean(returns, 20), 100: trailing_mean(returns, 100)}
+    info = a3c.read_run_info(args.run_dir)
+    best = a3c.read_best_info(os.path.join(args.run_dir, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER))
+
+    lines = [f"# Learning curve: {env_id}", "",
+             f"`python bench/curve.py {' '.join(argv if argv is not None else sys.argv[1:])}`, "
+             f"from the run `{os.path.basename(os.path.normpath(args.run_dir))}` "
+             f"(`{' '.join(info.get('argv', ['a3c.py']))}`, resumed {len(info.get('resumed', []))} times); "
+             f"versions: {info.get('versions')}.", "",
+             f"Settings: {cfg.workers} workers x {cfg.envs_per_worker} envs, n_steps {cfg.n_steps}, "
+             f"cnn {cfg.cnn}, use_lstm {cfg.use_lstm}, shared_lr {cfg.shared_lr:g}"
+             f"{' annealed' if cfg.anneal_lr else ''}, sticky actions "
+             f"{cfg.repeat_action_probability:g}, pin_threads {cfg.pin_threads}.", "",
+             "| episodes | frames seen | wall time | frames/s | final mean-20 | final mean-100 | "
+             "best mean-100 | best agent (deterministic trial games) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |",
+             f"| {len(returns):,} | {frames[-1]:,.0f} | {hours(wall[-1])} | "
+             f"{frames[-1] / wall[-1]:,.0f} | {means[20][-1]:.1f} | {means[100][-1]:.1f} | "
+             f"{np.nanmax(means[100]):.1f} | "
+             + (f"{best['score']:.1f} over {best['trial_episodes']} (episode {best['episode']:,})"
+                if best and "score" in best else "none") + " |", "",
+             "When the mean of the last 20 / 100 games first reached each level:", "",
+             "| level | mean-20: frames | mean-20: wall | mean-100: frames | mean-100: wall |",
+             "| --- | --- | --- | --- | --- |"]
+    for level in args.levels:
+        cells = []
+        for window in (20, 100):
+            i = first_at(means[window], level)
+            cells += ["not reached"] * 2 if i is None else [f"{frames[i]:,.0f}", hours(wall[i])]
+        lines.append(f"| {level:g} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, x, label in ((axes[0], frames / 1e6, "frames (millions)"), (axes[1], wall / 3600, "wall hours")):
+        ax.plot(x, returns, ".", markersize=2, alpha=0.3, color="gray", label="game score")
+        ax.plot(x, means[20], color="tab:orange", label="mean of the last 20")
+        ax.plot(x, means[100], color="tab:blue", linewidth=2, label="mean of the last 100")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("raw return")
+    axes[0].legend(loc="upper left")
+    fig.suptitle(f"A3C on {env_id}: {cfg.workers} workers x {cfg.envs_per_worker} envs, 2 cores", fontsize=10)
+    fig.tight_layout()
+    os.makedirs(args.out, exist_ok=True)
+    fig.savefig(os.path.join(args.out, f"{args.name}.png"), dpi=100)
+    with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
