@@ -10,7 +10,8 @@ One graph, one Session. A global ACNet lives on the CPU; each worker thread owns
   3. computes n-step returns R_t = r_t + g r_t+1 + ... + g^k V(s_t+k), bootstrapping from V at
      the rollout's end and at time-limit cuts, from 0 only where an episode really terminated,
   4. pushes the clipped gradients of its actor and critic losses to the global net through two
-     RMSProp optimisers (one, on one combined loss, for Atari's CNN shared by both heads).
+     RMSProp optimisers (one, on one combined loss, where both heads share a trunk: Atari's CNN,
+     or the optional LSTM).
 
 The sections below follow that order: settings, environments, networks, the worker loop, the
 training driver, the command line. Hyperparameters live in config.py.
@@ -867,9 +868,6 @@ class Worker:
                         else np.zeros((T, E, spec.n_actions), np.float32))
         self.episode_return = np.zeros(E)
         self.episode_length = np.zeros(E, np.int64)
-        # with an LSTM: each env's (c, h), carried from step to step and rollout to rollout,
-        # zeroed when its episode ends; () without one
-        self.state = tuple(np.zeros((E, cfg.lstm_units), np.float32) for _ in net.state_in)
 
     def prepare(self, sess, seed: int) -> None:
         """Build this worker's two session calls, pull the global parameters and reset the envs
@@ -888,6 +886,10 @@ class Worker:
         sess.run(net.pull)
         first_seed = seed * 1000 + self.index * len(self.envs)
         self.obs = self.envs.reset(first_seed + np.arange(len(self.envs))).astype(self.spec.obs_dtype)
+        # with an LSTM: each env's (c, h), carried from step to step and rollout to rollout,
+        # zeroed when its episode ends; () without one
+        self.state = tuple(np.zeros((len(self.envs), self.cfg.lstm_units), np.float32)
+                           for _ in net.state_in)
 
     def rollout(self) -> list:
         """Act n_steps in every env; return (env index, raw return, length) of episodes that ended.
@@ -995,9 +997,14 @@ class GreedyPlayer:
 # The training driver
 # ---------------------------------------------------------------------------------------------
 
+def file_name(env_id: str) -> str:
+    """An env id as one file or folder name (ALE/Pong-v5 -> ALE_Pong-v5)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)
+
+
 def new_run_dir(results_dir: str, env_id: str, seed: int) -> str:
     """results/<env>/<UTC timestamp>-s<seed>/, created fresh: an earlier run is never touched."""
-    env_folder = "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)
+    env_folder = file_name(env_id)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     base = os.path.join(results_dir, env_folder, f"{stamp}-s{seed}")
     path, suffix = base, 1

@@ -121,14 +121,18 @@ class Config:
     one ("sticky actions"); 0.25 is what ALE/...-v5 ids mean (Machado et al. 2018). The figures
     usually quoted for A3C come from the old deterministic ids (0.0)."""
     use_lstm: bool = False
-    """An LSTM of lstm_units cells after the trunk (the A3C paper's "A3C LSTM", whose Atari
-    scores beat its feed-forward net's on most games): each env's state is carried from step to
-    step and rollout to rollout, zeroed when its episode ends, and the update runs it over the
-    rollout from the state the rollout started with. Both heads then share the trunk, so they
-    train on one loss through one optimiser (shared_lr), flat observations too. Off in the
-    presets: which learns Pong faster per wall second is not measured; its cost is small (Pong,
-    2 cores unpinned, 8 games per worker: 722 / 696 agent steps/s at 4 / 8 workers, against
-    749 / 646 without; results/throughput_atari_lstm.md)."""
+    """An LSTM of lstm_units cells after the trunk (the A3C paper's "A3C LSTM"; its mean
+    human-normalised Atari score beat the feed-forward net's, its median did not): each env's
+    state is carried from step to step and rollout to rollout, zeroed when its episode ends,
+    and the update runs it over the rollout from the state the rollout started with. Both heads
+    then share the trunk, so they train on one loss through one optimiser (shared_lr). On flat
+    observations the LSTM is the trunk: it reads the observations (scaled, with scale_obs) and
+    the heads sit on it with no hidden layers, so actor_hidden, critic_hidden, actor_lr and
+    critic_lr go unused (and no preset's shared_lr is tuned for it). Off in the presets: which
+    learns Pong faster per wall second is not measured. Its cost looks small: Pong, 2 cores
+    unpinned, 8 games per worker, 722 / 696 agent steps/s at 4 / 8 workers with it, 749 / 646
+    without (two sittings, one run per cell: results/throughput_atari_lstm.md and
+    results/throughput_atari.md)."""
     lstm_units: int = 256
     """Cells of the LSTM (A3C paper: 256)."""
     atari_threads: int = 1

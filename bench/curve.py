@@ -11,7 +11,6 @@ run's episodes.csv, config.json and checkpoints/best/best.json: nothing is typed
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -69,7 +68,7 @@ def main(argv=None) -> int:
              "| --- | --- | --- | --- | --- | --- | --- | --- |",
              f"| {len(returns):,} | {frames[-1]:,.0f} | {hours(wall[-1])} | "
              f"{frames[-1] / wall[-1]:,.0f} | {means[20][-1]:.1f} | {means[100][-1]:.1f} | "
-             f"{np.nanmax(means[100]):.1f} | "
+             + (f"{np.nanmax(means[100]):.1f} | " if len(returns) >= 100 else "none | ")
              + (f"{best['score']:.1f} over {best['trial_episodes']} (episode {best['episode']:,})"
                 if best and "score" in best else "none") + " |", "",
              "When the mean of the last 20 / 100 games first reached each level:", "",
@@ -96,7 +95,8 @@ def main(argv=None) -> int:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("raw return")
     axes[0].legend(loc="upper left")
-    fig.suptitle(f"A3C on {env_id}: {cfg.workers} workers x {cfg.envs_per_worker} envs, 2 cores", fontsize=10)
+    fig.suptitle(f"A3C on {env_id}: {cfg.workers} workers x {cfg.envs_per_worker} envs, "
+                 f"{frames[-1] / 1e6:.1f}M frames in {hours(wall[-1])}", fontsize=10)
     fig.tight_layout()
     os.makedirs(args.out, exist_ok=True)
     fig.savefig(os.path.join(args.out, f"{args.name}.png"), dpi=100)

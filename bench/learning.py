@@ -46,19 +46,17 @@ def target_of(env_id: str) -> float:
 
 
 def run_one(env_id: str, seed: int, overrides: dict, workdir: str, frames: int) -> dict:
-    target = target_of(env_id)
-    if a3c.is_atari(env_id):  # a budget of frames: each agent step is FRAME_SKIP of them
-        budget = dict(max_episodes=None, max_steps=frames // a3c.FRAME_SKIP)
-        budget_text, eval_episodes = f"{frames / 1e6:g}M frames", ATARI_EVAL_GAMES
-    else:
-        budget = dict(max_episodes=TARGETS.get(env_id, (np.inf, 1000))[1])
-        budget_text, eval_episodes = None, EVAL_EPISODES
+    target, atari = target_of(env_id), a3c.is_atari(env_id)
+    budget = (dict(max_episodes=None, max_steps=frames // a3c.FRAME_SKIP) if atari  # frames
+              else dict(max_episodes=TARGETS.get(env_id, (np.inf, 1000))[1]))
     cfg = dataclasses.replace(config_module.config_for(env_id), seed=seed, **budget)
     cfg = dataclasses.replace(cfg, **overrides)  # --set max_episodes=... may extend the budget
-    budget_text = budget_text or f"{cfg.max_episodes} ep"
+    budget_text = (f"{cfg.max_steps * a3c.FRAME_SKIP / 1e6:g}M frames" if atari and cfg.max_steps
+                   else f"{cfg.max_episodes} ep")
     summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
     rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
-    evaluation = a3c.evaluate(summary["run_dir"], episodes=eval_episodes, out=io.StringIO())
+    evaluation = a3c.evaluate(summary["run_dir"], episodes=ATARI_EVAL_GAMES if atari else EVAL_EPISODES,
+                              out=io.StringIO())
     if os.sep + a3c.BEST_FOLDER + os.sep not in evaluation["checkpoint"]:  # it played the latest
         evaluation["mean"] = float("nan")
     hit = first_reach(rows, target)
@@ -189,6 +187,8 @@ def main(argv=None) -> int:
     parser.add_argument("--frames", type=float, default=10e6,
                         help="Atari ids: the budget in emulator frames (agent steps x 4)")
     parser.add_argument("--out", default="results", help="where learning.md and the plots go")
+    parser.add_argument("--keep-runs", metavar="DIR", help="write the run folders there and keep "
+                        "them (default: a temporary folder, deleted at the end)")
     parser.add_argument("--tag", default="", help="suffix of the output names, e.g. _vs_envs1 writes "
                         "learning_vs_envs1.md and learning_vs_envs1_<env>.png")
     parser.add_argument("--no-save", action="store_true", help="print the table only")
@@ -200,7 +200,8 @@ def main(argv=None) -> int:
         sides[versus] = {**overrides, **config_module.parse_overrides(args.versus)}
 
     results = {side: [] for side in sides}
-    with tempfile.TemporaryDirectory() as workdir:
+    with tempfile.TemporaryDirectory() as scratch:
+        workdir = args.keep_runs or scratch
         for env_id in args.envs:
             for i, seed in enumerate(args.seeds):
                 for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
@@ -227,10 +228,10 @@ def main(argv=None) -> int:
                     f"versions: {a3c.versions()}.\n\n{text}\n")
         for env_id in args.envs:
             plot(results["plain"], env_id,
-                 os.path.join(args.out, f"learning{args.tag}_{env_id}.png"), settings)
+                 os.path.join(args.out, f"learning{args.tag}_{a3c.file_name(env_id)}.png"), settings)
             if args.versus:
                 plot(results[versus], env_id,
-                     os.path.join(args.out, f"learning{args.tag}_versus_{env_id}.png"),
+                     os.path.join(args.out, f"learning{args.tag}_versus_{a3c.file_name(env_id)}.png"),
                      ", ".join(args.set + args.versus))
     return 0
 
