@@ -323,7 +323,7 @@ class GaussianPolicy:
     The raw sample is what the log-probability is taken of; the env gets it clipped to the bounds.
     """
 
-    def __init__(self, features, spec: EnvSpec, cfg: Config):
+    def __init__(self, features, spec: EnvSpec, cfg: Config, schedule=None):
         half_range = (spec.action_high - spec.action_low) / 2
         centre = (spec.action_high + spec.action_low) / 2
         u = dense(features, spec.n_actions, "mean", gain=0.01)
@@ -335,6 +335,11 @@ class GaussianPolicy:
             v = v + tf.zeros_like(u)
         self.mean = centre + half_range * tf.tanh(u)
         self.sigma = (tf.nn.softplus(v) + cfg.sigma_floor) * half_range
+        # final_sigma_scale: sigma narrows with the learning rate's fraction (the same fraction is
+        # fed to acting and to the update, so the log-probs are those of the policy that acted)
+        self.uses_schedule = schedule is not None and cfg.final_sigma_scale != 1.0
+        if self.uses_schedule:
+            self.sigma = self.sigma * (cfg.final_sigma_scale + (1.0 - cfg.final_sigma_scale) * schedule)
         self.sample = self.mean + self.sigma * tf.random.normal(tf.shape(self.mean))
         self.env_action = tf.clip_by_value(self.sample, spec.action_low, spec.action_high)
         self.greedy_action = self.mean
@@ -353,7 +358,8 @@ class SoftmaxPolicy:
     """Discrete actions: a categorical distribution over softmax(logits). The sample is an index
     0..n-1 (what the log-probability is taken of); the env gets it shifted to the space's start."""
 
-    def __init__(self, features, spec: EnvSpec, cfg: Config):
+    def __init__(self, features, spec: EnvSpec, cfg: Config, schedule=None):
+        self.uses_schedule = False
         self.logits = dense(features, spec.n_actions, "logits", gain=0.01)
         self.log_probs = tf.nn.log_softmax(self.logits)
         self.sample = tf.squeeze(tf.random.categorical(self.logits, 1, dtype=tf.int32), axis=1)
@@ -370,11 +376,13 @@ class SoftmaxPolicy:
         return tf.reduce_sum(self.log_probs * tf.one_hot(actions, tf.shape(self.logits)[1]), axis=1)
 
 
-def build_actor(features, spec: EnvSpec, cfg: Config, hidden: tuple = None):
+def build_actor(features, spec: EnvSpec, cfg: Config, hidden: tuple = None, schedule=None):
+    """The policy; schedule, a worker's learning-rate fraction, narrows a Gaussian's sigma
+    (final_sigma_scale)."""
     with v1.variable_scope("actor"):
         features = mlp(features, cfg.actor_hidden if hidden is None else hidden, "mlp")
         policy_class = SoftmaxPolicy if spec.discrete else GaussianPolicy
-        return policy_class(features, spec, cfg)
+        return policy_class(features, spec, cfg, schedule)
 
 
 def build_critic(features, cfg: Config, hidden: tuple = None):
@@ -528,7 +536,9 @@ class ACNet:
             self.state_in = lstm_state_placeholders(cfg, None, "state")
             heads_input, self.state_out = (lstm_step(self.features, self.state_in, cfg)
                                            if cfg.use_lstm else (self.features, ()))
-            self.policy = build_actor(heads_input, spec, cfg, actor_hidden)
+            # a worker's policy narrows with its learning rate (final_sigma_scale)
+            self.schedule = None if global_net is None else global_net.lr_fraction
+            self.policy = build_actor(heads_input, spec, cfg, actor_hidden, self.schedule)
             self.value = build_critic(heads_input, cfg, critic_hidden)
             trainable = v1.GraphKeys.TRAINABLE_VARIABLES
             self.actor_params = v1.get_collection(trainable, f"{scope}/actor")
@@ -554,7 +564,7 @@ class ACNet:
         if cfg.use_lstm:
             outputs, states_after = lstm_unroll(self.features, self.rollout_state, self.ended, cfg)
             with v1.variable_scope(v1.get_variable_scope(), reuse=True):
-                self.train_policy = build_actor(outputs, spec, cfg, actor_hidden)
+                self.train_policy = build_actor(outputs, spec, cfg, actor_hidden, self.schedule)
             self.train_value = build_critic(outputs, cfg, critic_hidden)
         else:
             self.train_policy, self.train_value = self.policy, self.value
@@ -625,7 +635,7 @@ class ACNet:
                 features = network_input(self.current_obs, spec, cfg)
                 features, self.state_after_pull = (lstm_step(features, self.current_state, cfg)
                                                    if cfg.use_lstm else (features, ()))
-                self.policy_after_pull = build_actor(features, spec, cfg, actor_hidden)
+                self.policy_after_pull = build_actor(features, spec, cfg, actor_hidden, self.schedule)
 
 
 def learning_rates(cfg: Config, spec: EnvSpec = None) -> tuple:
@@ -874,8 +884,11 @@ class Worker:
         with seeds drawn from `seed` (the run's, or a resumed part's). TensorFlow prepares a
         callable's executors when it is made, so this runs before the clock starts."""
         net = self.net
+        # a policy that narrows with the learning rate acts with the fraction of the last push
+        scheduled = [net.lr_fraction] if net.policy.uses_schedule else []
         self.act = session_callable(sess, [net.policy.sample, net.policy.env_action, *net.state_out],
-                                    [net.obs, *net.state_in])
+                                    [net.obs, *net.state_in, *scheduled])
+        self.act_schedule = tuple(np.float32(1.0) for _ in scheduled)
         self.update = session_callable(
             sess, [net.push_and_pull, net.entropy, net.grad_norm, net.policy_after_pull.sample,
                    net.policy_after_pull.env_action, *net.state_after_pull],
@@ -902,7 +915,7 @@ class Worker:
         for t in range(self.cfg.n_steps):
             self.rollout_obs[t] = self.obs
             if self.chosen_actions is None:
-                self.chosen_actions = self.act(self.obs, *self.state)
+                self.chosen_actions = self.act(self.obs, *self.state, *self.act_schedule)
             self.actions[t], env_actions, *state = self.chosen_actions
             self.state = tuple(state)
             self.chosen_actions = None
@@ -931,6 +944,7 @@ class Worker:
         chooses the next step's actions with the pulled parameters. Returns the policy entropy
         and the gradient norm before clipping."""
         T, E = self.cfg.n_steps, len(self.envs)
+        self.act_schedule = tuple(np.float32(lr_fraction) for _ in self.act_schedule)
         entropy, grad_norm, *self.chosen_actions = self.update(
             self.rollout_obs.reshape(T * E, *self.spec.obs_shape),
             self.actions.reshape(T * E, *self.actions.shape[2:]),
@@ -941,6 +955,7 @@ class Worker:
     def work(self, coord, log: EpisodeLog) -> None:
         steps_per_rollout = self.cfg.n_steps * len(self.envs)
         update_stats = np.zeros((len(self.envs), 3))  # per env: entropy sum, grad norm sum, pushes
+        self.act_schedule = tuple(np.float32(log.lr_fraction()) for _ in self.act_schedule)
         while not coord.should_stop():
             finished = self.rollout()
             log.add_steps(steps_per_rollout)

@@ -151,6 +151,12 @@ class Config:
     initial_sigma: float = 0.7
     """Continuous actions: the standard deviation at the start, as a fraction of half the action
     range (0.7 is softplus(0) + floor, what a zero-initialised layer gives)."""
+    final_sigma_scale: float = 1.0
+    """Continuous actions, with anneal_lr: sigma is multiplied by a factor that falls with the
+    learning rate, linearly from 1 to this at the end of the budget, so that exploration narrows
+    as learning ends and the stochastic policy's returns approach the deterministic one's (the
+    log-probs are those of the narrowed policy that acted). 1.0: sigma is the policy's alone, as
+    in the A3C paper."""
     sigma_floor: float = 0.01
     """Continuous actions: the smallest standard deviation, as a fraction of half the action
     range, so that the policy never collapses to a point and log-probs stay finite."""
@@ -217,6 +223,8 @@ class Config:
             raise ValueError("set max_episodes or max_steps, or the run never ends")
         if not 0.0 < self.gamma <= 1.0:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if not 0.0 < self.final_sigma_scale <= 1.0:
+            raise ValueError(f"final_sigma_scale must be in (0, 1], got {self.final_sigma_scale}")
         if not self.sigma_floor < self.initial_sigma <= 100:  # softplus^-1 overflows past ~700
             raise ValueError(f"initial_sigma must be > sigma_floor ({self.sigma_floor}) and "
                              f"<= 100, got {self.initial_sigma}")

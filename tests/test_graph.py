@@ -402,3 +402,26 @@ def test_a_pinned_session_runs_its_ops_in_a_pool_on_the_tensorflow_cpus():
     assert os.sched_getaffinity(0) == set(allowed), "the calling thread keeps all its CPUs"
     np.testing.assert_array_equal(sess.run(tripled, {x: [1.0, 2.0]}), [3.0, 6.0])
     sess.close()
+
+
+def test_final_sigma_scale_narrows_acting_and_training_alike_with_the_learning_rate():
+    cfg = Config(workers=1, envs_per_worker=2, n_steps=2, final_sigma_scale=0.25, anneal_lr=True)
+    envs = a3c.make_envs("Pendulum-v1", cfg, 1)
+    spec = a3c.env_spec(envs, "Pendulum-v1")
+    envs.close()
+    sess, global_net, (net,) = build_session(spec, cfg)
+    worker = a3c.Worker(0, net, "Pendulum-v1", spec, cfg)
+    worker.prepare(sess, seed=3)
+    obs = np.zeros((4000, 3), np.float32)
+    own = sess.run(global_net.policy.sigma, {global_net.obs: obs[:1]})  # no schedule on the global net
+    for fraction, factor in ((1.0, 1.0), (0.5, 0.625), (0.0, 0.25)):
+        for policy in (net.policy, net.train_policy):
+            got = sess.run(policy.sigma, {net.obs: obs[:1], net.lr_fraction: fraction})
+            np.testing.assert_allclose(got, own * factor, rtol=1e-5)
+    worker.rollout()
+    worker.push_and_pull(0.0)  # the last push's fraction is what the next actions are drawn with
+    own = sess.run(global_net.policy.sigma, {global_net.obs: obs[:1]})
+    sample, _ = worker.act(obs, *worker.act_schedule)
+    assert np.std(sample) == pytest.approx(0.25 * own[0, 0], rel=0.05)
+    worker.close()
+    sess.close()
