@@ -319,7 +319,8 @@ class GaussianPolicy:
     """Any flat Box action space: a diagonal Gaussian whose mean lies inside [low, high].
 
     mean  = (low + high) / 2 + (high - low) / 2 * tanh(u)
-    sigma = (softplus(v) + sigma_floor) * (high - low) / 2, v from the state or a free parameter
+    sigma = (softplus(v) + sigma_floor) * (high - low) / 2, v from the state or a free parameter,
+            times final_sigma_scale + (1 - final_sigma_scale) * schedule in a worker's net
     The raw sample is what the log-probability is taken of; the env gets it clipped to the bounds.
     """
 
@@ -335,9 +336,9 @@ class GaussianPolicy:
             v = v + tf.zeros_like(u)
         self.mean = centre + half_range * tf.tanh(u)
         self.sigma = (tf.nn.softplus(v) + cfg.sigma_floor) * half_range
-        # final_sigma_scale: sigma narrows with the learning rate's fraction (the same fraction is
-        # fed to acting and to the update, so the log-probs are those of the policy that acted)
-        self.uses_schedule = schedule is not None and cfg.final_sigma_scale != 1.0
+        # final_sigma_scale: sigma narrows with the learning rate's fraction; a rollout's actions
+        # are drawn, and their log-probs taken, with the fraction of the push before it
+        self.uses_schedule = schedule is not None and cfg.final_sigma_scale != 1.0 and cfg.anneal_lr
         if self.uses_schedule:
             self.sigma = self.sigma * (cfg.final_sigma_scale + (1.0 - cfg.final_sigma_scale) * schedule)
         self.sample = self.mean + self.sigma * tf.random.normal(tf.shape(self.mean))
@@ -536,9 +537,11 @@ class ACNet:
             self.state_in = lstm_state_placeholders(cfg, None, "state")
             heads_input, self.state_out = (lstm_step(self.features, self.state_in, cfg)
                                            if cfg.use_lstm else (self.features, ()))
-            # a worker's policy narrows with its learning rate (final_sigma_scale)
-            self.schedule = None if global_net is None else global_net.lr_fraction
-            self.policy = build_actor(heads_input, spec, cfg, actor_hidden, self.schedule)
+            # a worker's policy narrows with the learning rate (final_sigma_scale): it acts, and
+            # its rollout is trained on, with the fraction its previous push was fed
+            self.acting_fraction = (None if global_net is None else
+                                    v1.placeholder_with_default(1.0, [], "acting_fraction"))
+            self.policy = build_actor(heads_input, spec, cfg, actor_hidden, self.acting_fraction)
             self.value = build_critic(heads_input, cfg, critic_hidden)
             trainable = v1.GraphKeys.TRAINABLE_VARIABLES
             self.actor_params = v1.get_collection(trainable, f"{scope}/actor")
@@ -564,7 +567,7 @@ class ACNet:
         if cfg.use_lstm:
             outputs, states_after = lstm_unroll(self.features, self.rollout_state, self.ended, cfg)
             with v1.variable_scope(v1.get_variable_scope(), reuse=True):
-                self.train_policy = build_actor(outputs, spec, cfg, actor_hidden, self.schedule)
+                self.train_policy = build_actor(outputs, spec, cfg, actor_hidden, self.acting_fraction)
             self.train_value = build_critic(outputs, cfg, critic_hidden)
         else:
             self.train_policy, self.train_value = self.policy, self.value
@@ -635,7 +638,8 @@ class ACNet:
                 features = network_input(self.current_obs, spec, cfg)
                 features, self.state_after_pull = (lstm_step(features, self.current_state, cfg)
                                                    if cfg.use_lstm else (features, ()))
-                self.policy_after_pull = build_actor(features, spec, cfg, actor_hidden, self.schedule)
+                # the next rollout's first actions: drawn with this push's fraction, as the rest
+                self.policy_after_pull = build_actor(features, spec, cfg, actor_hidden, self.lr_fraction)
 
 
 def learning_rates(cfg: Config, spec: EnvSpec = None) -> tuple:
@@ -884,8 +888,9 @@ class Worker:
         with seeds drawn from `seed` (the run's, or a resumed part's). TensorFlow prepares a
         callable's executors when it is made, so this runs before the clock starts."""
         net = self.net
-        # a policy that narrows with the learning rate acts with the fraction of the last push
-        scheduled = [net.lr_fraction] if net.policy.uses_schedule else []
+        # a policy that narrows with the learning rate acts, and its rollout is trained on, with
+        # the fraction of the last push (act_schedule: () where sigma does not narrow)
+        scheduled = [net.acting_fraction] if net.policy.uses_schedule else []
         self.act = session_callable(sess, [net.policy.sample, net.policy.env_action, *net.state_out],
                                     [net.obs, *net.state_in, *scheduled])
         self.act_schedule = tuple(np.float32(1.0) for _ in scheduled)
@@ -893,7 +898,7 @@ class Worker:
             sess, [net.push_and_pull, net.entropy, net.grad_norm, net.policy_after_pull.sample,
                    net.policy_after_pull.env_action, *net.state_after_pull],
             [net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
-             *net.rollout_state, net.current_obs, *net.current_state, net.lr_fraction])
+             *net.rollout_state, net.current_obs, *net.current_state, *scheduled, net.lr_fraction])
         # (sampled, for the envs, the LSTM state after this step) for self.obs, chosen by the last update
         self.chosen_actions = None
         sess.run(net.pull)
@@ -944,12 +949,14 @@ class Worker:
         chooses the next step's actions with the pulled parameters. Returns the policy entropy
         and the gradient norm before clipping."""
         T, E = self.cfg.n_steps, len(self.envs)
-        self.act_schedule = tuple(np.float32(lr_fraction) for _ in self.act_schedule)
         entropy, grad_norm, *self.chosen_actions = self.update(
             self.rollout_obs.reshape(T * E, *self.spec.obs_shape),
             self.actions.reshape(T * E, *self.actions.shape[2:]),
             self.next_obs.reshape(T * E, *self.spec.obs_shape), self.rewards, self.terminated,
-            self.ended, *self.rollout_state, self.obs, *self.state, np.float32(lr_fraction))
+            self.ended, *self.rollout_state, self.obs, *self.state, *self.act_schedule,
+            np.float32(lr_fraction))
+        # the next actions were drawn with this push's fraction: so are the rest of the rollout's
+        self.act_schedule = tuple(np.float32(lr_fraction) for _ in self.act_schedule)
         return float(entropy), float(grad_norm)
 
     def work(self, coord, log: EpisodeLog) -> None:

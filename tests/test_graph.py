@@ -404,24 +404,45 @@ def test_a_pinned_session_runs_its_ops_in_a_pool_on_the_tensorflow_cpus():
     sess.close()
 
 
-def test_final_sigma_scale_narrows_acting_and_training_alike_with_the_learning_rate():
-    cfg = Config(workers=1, envs_per_worker=2, n_steps=2, final_sigma_scale=0.25, anneal_lr=True)
+@pytest.mark.parametrize("use_lstm", [False, True])
+def test_final_sigma_scale_narrows_sigma_with_the_fraction_each_rollout_acted_with(use_lstm):
+    E = 1000  # a wide batch: the spread of one step's samples measures sigma (to ~2%)
+    cfg = Config(workers=1, envs_per_worker=E, n_steps=2, final_sigma_scale=0.25, anneal_lr=True,
+                 use_lstm=use_lstm, lstm_units=4)
     envs = a3c.make_envs("Pendulum-v1", cfg, 1)
     spec = a3c.env_spec(envs, "Pendulum-v1")
     envs.close()
     sess, global_net, (net,) = build_session(spec, cfg)
     worker = a3c.Worker(0, net, "Pendulum-v1", spec, cfg)
     worker.prepare(sess, seed=3)
-    obs = np.zeros((4000, 3), np.float32)
-    own = sess.run(global_net.policy.sigma, {global_net.obs: obs[:1]})  # no schedule on the global net
-    for fraction, factor in ((1.0, 1.0), (0.5, 0.625), (0.0, 0.25)):
-        for policy in (net.policy, net.train_policy):
-            got = sess.run(policy.sigma, {net.obs: obs[:1], net.lr_fraction: fraction})
-            np.testing.assert_allclose(got, own * factor, rtol=1e-5)
+
+    def sigma(policy_net, feeds=None):  # sigma is one per action dimension, whatever the state
+        feed = {policy_net.obs: np.zeros((1, 3), np.float32),
+                **{part: np.zeros((1, cfg.lstm_units), np.float32) for part in policy_net.state_in}}
+        return sess.run(policy_net.policy.sigma, {**feed, **(feeds or {})})[0, 0]
+
+    own = sigma(global_net)  # the global net's policy never narrows
+    for acting, learning in ((1.0, 0.0), (0.5, 1.0), (0.0, 0.5)):  # acting decides, not learning
+        assert sigma(net, {net.acting_fraction: acting, net.lr_fraction: learning}) == \
+            pytest.approx(own * (0.25 + 0.75 * acting), rel=1e-5)
+
+    def entropy_at(fraction):  # what the update's entropy is, with sigma narrowed that far
+        return 0.5 + 0.5 * np.log(2 * np.pi) + np.log(sigma(net, {net.acting_fraction: fraction}))
+
+    worker.rollout()  # acted with fraction 1: nothing pushed yet
+    expected = entropy_at(1.0)
+    entropy, _ = worker.push_and_pull(0.5)
+    assert entropy == pytest.approx(expected, rel=1e-5), "trained with the fraction it acted with"
+    # the next rollout's actions, its first ones chosen by the update itself, are drawn with 0.5
+    own = sigma(global_net)  # after the push, which moved it a little
+    mean = sess.run(global_net.policy.mean, {global_net.obs: worker.obs,
+                                             **dict(zip(global_net.state_in, worker.state))})
+    assert np.std(worker.chosen_actions[0] - mean) == pytest.approx(0.625 * own, rel=0.1)
+    sample, *_ = worker.act(worker.obs, *worker.state, *worker.act_schedule)
+    assert np.std(sample - mean) == pytest.approx(0.625 * own, rel=0.1)
     worker.rollout()
-    worker.push_and_pull(0.0)  # the last push's fraction is what the next actions are drawn with
-    own = sess.run(global_net.policy.sigma, {global_net.obs: obs[:1]})
-    sample, _ = worker.act(obs, *worker.act_schedule)
-    assert np.std(sample) == pytest.approx(0.25 * own[0, 0], rel=0.05)
+    expected = entropy_at(0.5)
+    entropy, _ = worker.push_and_pull(0.2)
+    assert entropy == pytest.approx(expected, rel=1e-5)
     worker.close()
     sess.close()
