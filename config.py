@@ -267,7 +267,8 @@ ATARI = dict(
     reward_clip=1.0,        # A3C paper (rewards clipped to [-1, 1] for learning)
     rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
     max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
-    max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale; Pong is learned far sooner
+    max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (its Pong learned far sooner;
+                            # ours has not yet: results/pong_curve.md)
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
