@@ -399,12 +399,12 @@ CNN_LAYERS = {  # (filters, kernel, stride) of each convolution, then the dense 
 }
 
 
-def conv(x, filters, kernel, stride, name):
-    """A ReLU convolution from get_variable + conv2d, VALID padding (as both papers)."""
+def conv(x, filters, kernel, stride, name, activation):
+    """A convolution from get_variable + conv2d, VALID padding (as both papers)."""
     w = v1.get_variable(f"{name}/w", [kernel, kernel, x.shape[-1], filters],
                         initializer=v1.orthogonal_initializer(np.sqrt(2)))
     b = v1.get_variable(f"{name}/b", [filters], initializer=v1.zeros_initializer())
-    return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, [1, stride, stride, 1], "VALID"), b))
+    return activation(tf.nn.bias_add(tf.nn.conv2d(x, w, [1, stride, stride, 1], "VALID"), b))
 
 
 def cnn_trunk(obs, cfg: Config):
@@ -413,10 +413,11 @@ def cnn_trunk(obs, cfg: Config):
     x = tf.cast(obs, tf.float32) * (1.0 / 255.0)
     x = tf.transpose(x, [0, 2, 3, 1])  # channels last: TensorFlow's CPU conv2d has no NCHW kernel
     layers, hidden = CNN_LAYERS[cfg.cnn]
+    activation = {"relu": tf.nn.relu, "elu": tf.nn.elu}[cfg.trunk_activation]
     for i, (filters, kernel, stride) in enumerate(layers):
-        x = conv(x, filters, kernel, stride, f"conv{i}")
+        x = conv(x, filters, kernel, stride, f"conv{i}", activation)
     x = tf.reshape(x, [-1, int(np.prod(x.shape[1:]))])
-    return dense(x, hidden, "fc", tf.nn.relu)
+    return dense(x, hidden, "fc", activation)
 
 
 def network_input(obs, spec: EnvSpec, cfg: Config):

@@ -112,6 +112,15 @@ class Config:
     "nature" (DQN's 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 -> 512). Pong, 8 workers unpinned on 2
     cores: 646 agent steps/s with "a3c", 404 with "nature" (results/throughput_atari*.md); which
     learns more per step is not measured yet."""
+    trunk_activation: str = "elu"
+    """The CNN trunk's nonlinearity: "elu" or "relu" (both papers). With ReLUs our Pong run
+    (results/pong_curve_relu.md) never started: after 12.5M frames 61% of the fc units were
+    off on every frame and V and the logits barely moved between frames (std 0.01 over real
+    frames). Pong's frames are a near-constant background, so each unit's input is too: an
+    RMSProp step moves its whole pre-activation at once, and a unit pushed below 0 on every
+    frame gets no gradient again. ELUs (as universe-starter-agent and pytorch-a3c use) keep a
+    gradient there: with them the preset's policy left the uniform one within 130k agent steps
+    (mean entropy 1.79 -> 1.21, seed 5), where the ReLU run's stayed at 1.78 for 3M steps."""
     reward_clip: Optional[float] = None
     """Rewards for learning are clipped to [-reward_clip, reward_clip] before reward_shift and
     reward_scale (Atari: 1, as DQN and A3C did, so one learning rate fits every game's score
@@ -236,6 +245,9 @@ class Config:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.cnn not in ("a3c", "nature"):
             raise ValueError(f"cnn must be a3c or nature, got {self.cnn}")
+        if self.trunk_activation not in TRUNK_ACTIVATIONS:
+            raise ValueError(f"trunk_activation must be {' or '.join(TRUNK_ACTIVATIONS)}, "
+                             f"got {self.trunk_activation}")
         if not 0.0 <= self.repeat_action_probability < 1.0:
             raise ValueError(f"repeat_action_probability must be in [0, 1), got "
                              f"{self.repeat_action_probability}")
@@ -259,6 +271,8 @@ class Config:
 
 # What every Atari game shares (the A3C paper's Atari setup where it gives one; OpenAI baselines'
 # A2C where it does not).
+TRUNK_ACTIVATIONS = ("relu", "elu")
+
 ATARI = dict(
     envs_per_worker=8,      # one C++ vector env of 8 games per worker: the act call, the env step and
     n_steps=5,              # the push all go 8-wide (A3C paper: t_max = 5)
@@ -268,7 +282,7 @@ ATARI = dict(
     rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
     max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
     max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (its Pong learned far sooner;
-                            # ours has not yet: results/pong_curve.md)
+                            # ours has not yet: results/pong_curve_relu.md)
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
@@ -332,12 +346,19 @@ def config_for(env_id: str) -> Config:
     return dataclasses.replace(Config(), **preset)
 
 
+# What a run's config.json written before a field existed meant by its absence, where that
+# differs from today's default: those runs' CNN trunks were ReLU nets, and resuming or
+# evaluating one with ELUs would load its weights into the wrong network.
+BEFORE_THE_FIELD = {"trunk_activation": "relu"}
+
+
 def from_dict(values: dict) -> Config:
     """A Config from the "config" object of a run's config.json (ValueError if it doesn't fit)."""
     known = set(field_names())
     unknown = sorted(set(values) - known)
     if unknown:
         raise ValueError(f"unknown config keys {unknown}")
+    values = {**BEFORE_THE_FIELD, **values}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     return dataclasses.replace(Config(), **values)
 

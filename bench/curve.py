@@ -60,7 +60,7 @@ def main(argv=None) -> int:
              f"(`{' '.join(info.get('argv', ['a3c.py']))}`, resumed {len(info.get('resumed', []))} times); "
              f"versions: {info.get('versions')}.", "",
              f"Settings: {cfg.workers} workers x {cfg.envs_per_worker} envs, n_steps {cfg.n_steps}, "
-             f"cnn {cfg.cnn}, use_lstm {cfg.use_lstm}, shared_lr {cfg.shared_lr:g}"
+             f"cnn {cfg.cnn} ({cfg.trunk_activation}), use_lstm {cfg.use_lstm}, shared_lr {cfg.shared_lr:g}"
              f"{' annealed' if cfg.anneal_lr else ''}, sticky actions "
              f"{cfg.repeat_action_probability:g}, pin_threads {cfg.pin_threads}.", "",
              "| episodes | frames seen | wall time | frames/s | final mean-20 | final mean-100 | "

@@ -211,6 +211,30 @@ def test_cli_refuses_a_bad_cnn_name(capsys, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_refuses_a_bad_trunk_activation(capsys, tmp_path):
+    refused(["--env", PONG, "--set", "trunk_activation=tanh", "--results-dir", str(tmp_path / "out")],
+            capsys, "trunk_activation must be relu or elu")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("activation", ["relu", "elu"])
+def test_the_trunk_uses_the_configured_activation_in_every_layer(activation):
+    cfg = atari_config(workers=1, trunk_activation=activation)
+    spec = pong_spec(cfg)
+    sess, global_net, _ = build_session(spec, cfg)
+    ops = [op.type for op in sess.graph.get_operations() if op.name.startswith("global/trunk/")]
+    assert ops.count({"relu": "Relu", "elu": "Elu"}[activation]) == 3, "two convolutions and fc"
+    assert ops.count({"relu": "Elu", "elu": "Relu"}[activation]) == 0
+    sess.close()
+
+
+def test_a_run_saved_before_trunk_activation_existed_is_read_as_the_relu_net_it_trained():
+    saved = dataclasses.asdict(config_module.config_for(PONG))
+    assert saved.pop("trunk_activation") == "elu", "today's preset"
+    assert config_module.from_dict(saved).trunk_activation == "relu"
+    assert config_module.from_dict({**saved, "trunk_activation": "elu"}).trunk_activation == "elu"
+
+
 def test_returns_bootstrap_from_the_cnn_values_of_exactly_the_rows_they_need():
     """The CNN net computes V(s') only where an episode ended or the rollout does: the returns
     must be those of V(s') on every row."""
