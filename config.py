@@ -110,10 +110,11 @@ class Config:
     cnn: str = "a3c"
     """The trunk of image observations: "a3c" (the A3C paper's 16 8x8/4 -> 32 4x4/2 -> 256) or
     "nature" (DQN's 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 -> 512). Pong, 8 workers unpinned on 2
-    cores: 646 agent steps/s with "a3c", 404 with "nature" (results/throughput_atari*.md); which
+    cores: 646 agent steps/s with "a3c", 404 with "nature" (results/throughput_atari*.md, both
+    with ReLU trunks); which
     learns more per step is not measured yet."""
     trunk_activation: str = "elu"
-    """The CNN trunk's nonlinearity: "elu" or "relu" (both papers). With ReLUs our Pong run
+    """The CNN trunk's nonlinearity: "elu", or "relu", both papers' choice. With ReLUs our Pong run
     (results/pong_curve_relu.md) never started: after 12.5M frames 61% of the fc units were
     off on every frame and V and the logits barely moved between frames (std 0.01 over real
     frames). Pong's frames are a near-constant background, so each unit's input is too: an
@@ -141,7 +142,7 @@ class Config:
     learns Pong faster per wall second is not measured. Its cost looks small: Pong, 2 cores
     unpinned, 8 games per worker, 722 / 696 agent steps/s at 4 / 8 workers with it, 749 / 646
     without (two sittings, one run per cell: results/throughput_atari_lstm.md and
-    results/throughput_atari.md)."""
+    results/throughput_atari.md; ReLU trunks)."""
     lstm_units: int = 256
     """Cells of the LSTM (A3C paper: 256)."""
     atari_threads: int = 1
@@ -271,8 +272,6 @@ class Config:
 
 # What every Atari game shares (the A3C paper's Atari setup where it gives one; OpenAI baselines'
 # A2C where it does not).
-TRUNK_ACTIVATIONS = ("relu", "elu")
-
 ATARI = dict(
     envs_per_worker=8,      # one C++ vector env of 8 games per worker: the act call, the env step and
     n_steps=5,              # the push all go 8-wide (A3C paper: t_max = 5)
@@ -287,9 +286,11 @@ ATARI = dict(
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
                             # 646 steps/s unpinned, 463 pinned; 4 workers 749 and 508
-                            # (results/throughput_atari.md)
+                            # (results/throughput_atari.md, ReLU trunk)
     repeat_action_probability=0.0,  # no sticky actions, like the ids the A3C figures come from
 )
+
+TRUNK_ACTIVATIONS = ("relu", "elu")  # what trunk_activation may name (a3c.TRUNK_ACTIVATION_OPS)
 
 # Per-environment presets: only the fields that differ from the defaults above.
 # Tuned on seeds 11-19, later 11-28 (each comment says which); the learning benchmark

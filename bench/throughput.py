@@ -172,6 +172,20 @@ def main(argv=None) -> int:
     return 0
 
 
+def git_commit() -> str:
+    """The checkout's commit (and "+changes" if it has uncommitted ones): what code was timed."""
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
+                                capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               text=True, capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+changes" if dirty else "")
+
+
 def table(rows, bare, args) -> str:
     import a3c
 
@@ -179,7 +193,7 @@ def table(rows, bare, args) -> str:
              f"`python bench/throughput.py{' '.join([''] + sys.argv[1:])}` on "
              f"{os.cpu_count()} cores, {args.repeats} runs per cell "
              f"(median, min..max), overrides: {', '.join(args.set) or 'none'}; versions: "
-             f"{a3c.versions()}.", "",
+             f"{a3c.versions()}; code at git commit {git_commit()}.", "",
              "Threads pinned: the workers share one CPU and TensorFlow's op pool has the others "
              "(`pin_threads`, the default from 3 workers); unpinned: threads run anywhere and ops "
              "run in the calling thread.", "",

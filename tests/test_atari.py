@@ -228,11 +228,19 @@ def test_the_trunk_uses_the_configured_activation_in_every_layer(activation):
     sess.close()
 
 
-def test_a_run_saved_before_trunk_activation_existed_is_read_as_the_relu_net_it_trained():
+def test_a_run_saved_before_trunk_activation_existed_is_read_as_the_relu_net_it_trained(tmp_path):
     saved = dataclasses.asdict(config_module.config_for(PONG))
     assert saved.pop("trunk_activation") == "elu", "today's preset"
     assert config_module.from_dict(saved).trunk_activation == "relu"
     assert config_module.from_dict({**saved, "trunk_activation": "elu"}).trunk_activation == "elu"
+    # what --resume and --eval read: a run folder's config.json without the field
+    (tmp_path / "config.json").write_text(json.dumps({"env": PONG, "config": saved}))
+    env_id, cfg = a3c.read_run(str(tmp_path))
+    assert (env_id, cfg.trunk_activation) == (PONG, "relu")
+
+
+def test_every_trunk_activation_the_config_accepts_has_an_op():
+    assert set(a3c.TRUNK_ACTIVATION_OPS) == set(config_module.TRUNK_ACTIVATIONS)
 
 
 def test_returns_bootstrap_from_the_cnn_values_of_exactly_the_rows_they_need():

@@ -191,6 +191,21 @@ def test_eval_refuses_a_checkpoint_of_another_network_shape(trained_run, tmp_pat
     refused(["--eval", str(run)], capsys, "cannot restore", "the config builds [4, 7]")
 
 
+@pytest.mark.parametrize("flag", ["--eval", "--resume"])
+def test_a_config_json_with_a_value_the_config_refuses_is_refused_in_one_line(trained_run, flag,
+                                                                              tmp_path, capsys):
+    run = copy_run(trained_run, tmp_path / "run")
+    path = os.path.join(run, "config.json")
+    with open(path) as f:
+        saved = json.load(f)
+    saved["config"]["trunk_activation"] = "tanh"
+    with open(path, "w") as f:
+        json.dump(saved, f)
+    before = {name: open(os.path.join(run, name)).read() for name in ("config.json", "episodes.csv")}
+    refused([flag, str(run)], capsys, "not a readable run folder", "trunk_activation must be")
+    assert before == {name: open(os.path.join(run, name)).read() for name in before}
+
+
 def test_resume_refuses_a_checkpoint_of_another_env(trained_run, tmp_path, capsys):
     run = copy_run(trained_run, tmp_path / "run")
     path = os.path.join(run, "config.json")
