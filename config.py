@@ -102,8 +102,8 @@ class Config:
     # --- Atari (ALE/<Game>-v5 ids): image observations, one network with a shared trunk ----
     shared_lr: float = 7e-4
     """Learning rate of the one RMSProp of a network with a shared trunk (the Atari CNN, or any
-    net with use_lstm; OpenAI baselines' A2C on Atari: 7e-4, in the A3C paper's range).
-    Separate MLPs use actor_lr and critic_lr instead."""
+    net with use_lstm; OpenAI baselines' A2C on Atari: 7e-4, in the A3C paper's range; the
+    Atari preset's is 1.5e-4, see ATARI). Separate MLPs use actor_lr and critic_lr instead."""
     value_loss_coef: float = 0.5
     """A shared trunk trains on one loss, policy loss + value_loss_coef x value loss - entropy
     (baselines' A2C: 0.5; the A3C paper halved the value gradient the same way)."""
@@ -119,9 +119,9 @@ class Config:
     off on every frame and V and the logits barely moved between frames (std 0.01 over real
     frames). Pong's frames are a near-constant background, so each unit's input is too: an
     RMSProp step moves its whole pre-activation at once, and a unit pushed below 0 on every
-    frame gets no gradient again. ELUs (as universe-starter-agent and pytorch-a3c use) keep a
-    gradient there: with them the preset's policy left the uniform one within 130k agent steps
-    (mean entropy 1.79 -> 1.21, seed 5), where the ReLU run's stayed at 1.78 for 3M steps."""
+    frame gets no gradient again (results/pong_trunk_relu.md). ELUs (as universe-starter-agent
+    and pytorch-a3c use) keep a gradient there: at the same rate, 18-77% of the units sat at the
+    floor at one checkpoint or another but came back (results/pong_trunk_elu_lr7e-4.md)."""
     reward_clip: Optional[float] = None
     """Rewards for learning are clipped to [-reward_clip, reward_clip] before reward_shift and
     reward_scale (Atari: 1, as DQN and A3C did, so one learning rate fits every game's score
@@ -278,10 +278,15 @@ ATARI = dict(
     gamma=0.99,             # A3C paper
     entropy_beta=0.01,      # A3C paper
     reward_clip=1.0,        # A3C paper (rewards clipped to [-1, 1] for learning)
+    shared_lr=1.5e-4,       # with baselines' 7e-4 our 8 asynchronous workers' value never saw
+                            # the frames: V's std over 240 real Pong frames stayed 0.0002-0.008
+                            # for 1.85M agent steps (results/pong_trunk_elu_lr7e-4.md), its mean
+                            # swinging between -0.9 and -2.6; with 1.5e-4, 0.13-0.21 from 50k
+                            # steps on (results/pong_trunk.md). One seed (5) each
     rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
     max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
     max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (its Pong learned far sooner;
-                            # ours has not yet: results/pong_curve_relu.md)
+                            # ours has not yet: README, Atari)
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
