@@ -278,11 +278,12 @@ ATARI = dict(
     gamma=0.99,             # A3C paper
     entropy_beta=0.01,      # A3C paper
     reward_clip=1.0,        # A3C paper (rewards clipped to [-1, 1] for learning)
-    shared_lr=1.5e-4,       # with baselines' 7e-4 our 8 asynchronous workers' value never saw
-                            # the frames: V's std over 240 real Pong frames stayed 0.0002-0.008
-                            # for 1.85M agent steps (results/pong_trunk_elu_lr7e-4.md), its mean
-                            # swinging between -0.9 and -2.6; with 1.5e-4, 0.13-0.21 from 50k
-                            # steps on (results/pong_trunk.md). One seed (5) each
+    shared_lr=1.5e-4,       # with baselines' 7e-4 (ELU trunk, 8 workers) V's std over 240 real
+                            # Pong frames stayed 0.0002-0.008 at every kept checkpoint from 0.69M
+                            # to 1.85M agent steps, its mean swinging between -0.9 and -2.6
+                            # (results/pong_trunk_elu_lr7e-4.md); with 1.5e-4, 0.13 at 50k steps,
+                            # rising to 0.32 at 1.7M (results/pong_trunk.md). One seed (5)
+                            # each; neither has learned Pong (README, Atari)
     rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
     max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
     max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (its Pong learned far sooner;

@@ -71,6 +71,13 @@ def main(argv=None) -> int:
              + (f"{np.nanmax(means[100]):.1f} | " if len(returns) >= 100 else "none | ")
              + (f"{best['score']:.1f} over {best['trial_episodes']} (episode {best['episode']:,})"
                 if best and "score" in best else "none") + " |", "",
+             "Mean policy entropy of the games that ended in each tenth of the run (a uniform "
+             "policy's is ln of the number of actions):", "",
+             "| up to frames | " + " | ".join(f"{frames[min(len(frames), (k + 1) * len(frames) // 10) - 1]:,.0f}"
+                                       for k in range(10)) + " |",
+             "| --- |" + " --- |" * 10,
+             "| entropy | " + " | ".join(f"{part.mean():.3f}" for part in
+                                        np.array_split(rows["entropy"], 10)) + " |", "",
              "When the mean of the last 20 / 100 games first reached each level:", "",
              "| level | mean-20: frames | mean-20: wall | mean-100: frames | mean-100: wall |",
              "| --- | --- | --- | --- | --- |"]

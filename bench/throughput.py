@@ -133,6 +133,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--tag", default="", help="suffix of the output names: --tag _atari "
                         "writes throughput_atari.md and .png")
+    parser.set_defaults(commit=git_commit())  # the code about to be timed, before any edit
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -173,14 +174,15 @@ def main(argv=None) -> int:
 
 
 def git_commit() -> str:
-    """The checkout's commit (and "+changes" if it has uncommitted ones): what code was timed."""
+    """The checkout's commit, with "+changes" if its Python files have uncommitted edits."""
     import subprocess
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
                                 capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               text=True, capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                "*.py"], cwd=here, text=True, capture_output=True,
+                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("+changes" if dirty else "")
@@ -193,7 +195,7 @@ def table(rows, bare, args) -> str:
              f"`python bench/throughput.py{' '.join([''] + sys.argv[1:])}` on "
              f"{os.cpu_count()} cores, {args.repeats} runs per cell "
              f"(median, min..max), overrides: {', '.join(args.set) or 'none'}; versions: "
-             f"{a3c.versions()}; code at git commit {git_commit()}.", "",
+             f"{a3c.versions()}; code at git commit {args.commit}.", "",
              "Threads pinned: the workers share one CPU and TensorFlow's op pool has the others "
              "(`pin_threads`, the default from 3 workers); unpinned: threads run anywhere and ops "
              "run in the calling thread.", "",

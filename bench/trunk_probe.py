@@ -27,7 +27,8 @@ FLOOR = {"relu": 0.0, "elu": -0.99}  # at or below it a unit passes (almost) no 
 GAMES, STEPS, EVERY = 8, 300, 10
 
 
-def probe_frames(env_id: str, cfg) -> np.ndarray:
+def probe_frames(env_id: str, cfg) -> tuple:
+    """(frames [GAMES * STEPS / EVERY, ...], the env's EnvSpec)."""
     envs = a3c.make_envs(env_id, cfg, GAMES)
     try:
         obs = envs.reset(np.arange(GAMES))
@@ -54,9 +55,21 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), "results"))
     args = parser.parse_args(argv)
+    try:
+        return probe(args, argv)
+    except a3c.UsageError as exc:  # before anything is written
+        print(f"trunk_probe.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def probe(args, argv) -> int:
     env_id, cfg = a3c.read_run(args.run_dir)
     if not a3c.is_atari(env_id) or cfg.use_lstm:
-        raise SystemExit("trunk_probe.py: needs a feed-forward Atari run (its trunk ends in fc)")
+        raise a3c.UsageError(f"{args.run_dir} is a {env_id} run{' with an LSTM' if cfg.use_lstm else ''}"
+                             f"; the probe needs a feed-forward Atari run (a trunk ending in fc)")
+    checkpoints = checkpoints_of(args.run_dir)
+    if not checkpoints:
+        raise a3c.UsageError(f"{args.run_dir} has no checkpoints to probe")
     cfg = dataclasses.replace(cfg, workers=1)
     frames, spec = probe_frames(env_id, cfg)
     tf, v1 = a3c.tf, a3c.v1
@@ -66,8 +79,8 @@ def main(argv=None) -> int:
         saver = v1.train.Saver(net.params)
     sess = v1.Session(graph=graph, config=a3c.session_config(-1))
     rows = []
-    for checkpoint in checkpoints_of(args.run_dir):
-        saver.restore(sess, checkpoint)
+    for checkpoint in checkpoints:
+        a3c.restore_checkpoint(sess, saver, checkpoint, net.params, env_id)
         fc, values, logits = sess.run([net.features, net.value, net.policy.logits], {net.obs: frames})
         at_floor = np.all(fc <= FLOOR[cfg.trunk_activation], axis=0)
         varying = fc.std(axis=0) > 1e-3

@@ -4,6 +4,7 @@ import glob
 import io
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +13,9 @@ import a3c
 import config as config_module
 from graphs import build_session
 from test_training import read_rows, refused
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+import trunk_probe  # noqa: E402
 
 PONG = "ALE/Pong-v5"
 SMALL = dict(workers=2, envs_per_worker=2, n_steps=5, log_every_s=0.5, best_trial_episodes=2)
@@ -187,6 +191,44 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert "ALE/Pong-v5: deterministic policy of the best checkpoint" in printed
     assert os.path.getsize(os.path.join(run_dir, "episode.gif")) > 1000
     refused(["--eval", run_dir, "--render"], capsys, "cannot render in a window", "--record")
+
+    # bench/trunk_probe.py reads every checkpoint the run kept
+    checkpoints = glob.glob(os.path.join(run_dir, "checkpoints", "model-*.index"))
+    assert trunk_probe.main([run_dir, "--name", "probe", "--out", str(tmp_path / "probe")]) == 0
+    table = [line for line in (tmp_path / "probe" / "probe.md").read_text().splitlines()
+             if line.startswith("| ") and line[2].isdigit()]
+    assert len(table) == len(checkpoints)
+    for line in table:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        assert 0 <= int(cells[1].rstrip("%")) <= 100 and float(cells[4]) >= 0
+
+
+def write_run_folder(folder, env_id, **fields):
+    """A run folder holding only the config.json a3c.py would write for env_id."""
+    saved = dataclasses.asdict(dataclasses.replace(config_module.config_for(env_id), **fields))
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"env": env_id, "config": saved}))
+    return str(folder)
+
+
+@pytest.mark.parametrize("case, words", [
+    ("missing", ["not a readable run folder"]),
+    ("no checkpoints", ["has no checkpoints"]),
+    ("lstm", ["with an LSTM", "feed-forward Atari run"]),
+    ("cartpole", ["CartPole-v1 run", "feed-forward Atari run"]),
+])
+def test_trunk_probe_refuses_what_it_cannot_probe_and_writes_nothing(case, words, tmp_path, capsys):
+    run_dir = {"missing": lambda: str(tmp_path / "nothing"),
+               "no checkpoints": lambda: write_run_folder(tmp_path / "run", PONG),
+               "lstm": lambda: write_run_folder(tmp_path / "run", PONG, use_lstm=True),
+               "cartpole": lambda: write_run_folder(tmp_path / "run", "CartPole-v1")}[case]()
+    out = tmp_path / "out"
+    assert trunk_probe.main([run_dir, "--name", "probe", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    for word in words:
+        assert word in err
+    assert not out.exists()
 
 
 def test_atari_envs_take_any_seed_the_config_allows():
