@@ -111,8 +111,7 @@ class Config:
     """The trunk of image observations: "a3c" (the A3C paper's 16 8x8/4 -> 32 4x4/2 -> 256) or
     "nature" (DQN's 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 -> 512). Pong, 8 workers unpinned on 2
     cores: 646 agent steps/s with "a3c", 404 with "nature" (results/throughput_atari*.md, both
-    with ReLU trunks); which
-    learns more per step is not measured yet."""
+    with ReLU trunks); which learns more per step is not measured yet."""
     trunk_activation: str = "elu"
     """The CNN trunk's nonlinearity: "elu", or "relu", both papers' choice. With ReLUs our Pong run
     (results/pong_curve_relu.md) never started: after 12.5M frames 61% of the fc units were

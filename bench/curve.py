@@ -51,6 +51,7 @@ def main(argv=None) -> int:
     per_step = a3c.FRAME_SKIP if a3c.is_atari(env_id) else 1
     frames, wall, returns = rows["env_steps"] * per_step, rows["wall_s"], rows["return"]
     means = {20: trailing_mean(returns, 20), 100: trailing_mean(returns, 100)}
+    tenths = [part for part in np.array_split(np.arange(len(returns)), 10) if len(part)]
     info = a3c.read_run_info(args.run_dir)
     best = a3c.read_best_info(os.path.join(args.run_dir, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER))
 
@@ -73,11 +74,10 @@ def main(argv=None) -> int:
                 if best and "score" in best else "none") + " |", "",
              "Mean policy entropy of the games that ended in each tenth of the run (a uniform "
              "policy's is ln of the number of actions):", "",
-             "| up to frames | " + " | ".join(f"{frames[min(len(frames), (k + 1) * len(frames) // 10) - 1]:,.0f}"
-                                       for k in range(10)) + " |",
-             "| --- |" + " --- |" * 10,
-             "| entropy | " + " | ".join(f"{part.mean():.3f}" for part in
-                                        np.array_split(rows["entropy"], 10)) + " |", "",
+             "| up to frames | " + " | ".join(f"{frames[tenth[-1]]:,.0f}" for tenth in tenths) + " |",
+             "| --- |" + " --- |" * len(tenths),
+             "| entropy | " + " | ".join(f"{rows['entropy'][tenth].mean():.3f}" for tenth in tenths)
+             + " |", "",
              "When the mean of the last 20 / 100 games first reached each level:", "",
              "| level | mean-20: frames | mean-20: wall | mean-100: frames | mean-100: wall |",
              "| --- | --- | --- | --- | --- |"]

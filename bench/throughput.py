@@ -175,7 +175,6 @@ def main(argv=None) -> int:
 
 def git_commit() -> str:
     """The checkout's commit, with "+changes" if its Python files have uncommitted edits."""
-    import subprocess
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
