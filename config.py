@@ -280,15 +280,15 @@ ATARI = dict(
     shared_lr=3e-4,         # the first rate that has started Pong here (seed 5): mean-100 -18 at
                             # 14.3M frames, -15 at 21.5M, -14.3 at 23.3M (results/pong_curve.md).
                             # With eps 1e-5 and gradients this small RMSProp acts as SGD at
-                            # lr / sqrt(eps), so per sample 3e-4 over 40-sample pushes matches
+                            # lr / sqrt(eps), so per sample 3e-4 over 40-sample pushes is 0.86x
                             # baselines' 7e-4 over 80 (A2C, 16 envs x 5). 7e-4: V's std over 240
                             # real frames stayed 0.0002-0.008 (results/pong_trunk_elu_lr7e-4.md);
                             # 1.5e-4: V saw the frames, the policy stayed uniform through 7.1M
                             # frames (results/pong_curve_elu_lr1.5e-4.md)
     rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
     max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
-    max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (our Pong started at
-                            # ~13M: README, Atari)
+    max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (our Pong's mean-100
+                            # reached -18 at 14.3M: README, Atari)
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
