@@ -133,7 +133,6 @@ def main(argv=None) -> int:
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--tag", default="", help="suffix of the output names: --tag _atari "
                         "writes throughput_atari.md and .png")
-    parser.set_defaults(commit=git_commit())  # the code about to be timed, before any edit
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -141,6 +140,7 @@ def main(argv=None) -> int:
         child(env_id, int(workers), int(per_worker), int(steps), int(repeats), args.set)
         return 0
 
+    args.commit = git_commit()  # the code about to be timed, before any edit (not in each child)
     if not args.no_save:
         os.makedirs(args.out, exist_ok=True)  # now, not after the measurements
     rows, bare = [], {}
