@@ -309,9 +309,12 @@ def scaled_observations(obs, spec: EnvSpec, cfg: Config):
     return (obs - centre) * inverse_half_range
 
 
-def mlp(x, sizes, name):
+HIDDEN_ACTIVATION_OPS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}  # config.HIDDEN_ACTIVATIONS' ops
+
+
+def mlp(x, sizes, name, cfg: Config):
     for i, size in enumerate(sizes):
-        x = dense(x, size, f"{name}/h{i}", tf.nn.relu)
+        x = dense(x, size, f"{name}/h{i}", HIDDEN_ACTIVATION_OPS[cfg.hidden_activation])
     return x
 
 
@@ -381,7 +384,7 @@ def build_actor(features, spec: EnvSpec, cfg: Config, hidden: tuple = None, sche
     """The policy; schedule, a worker's learning-rate fraction, narrows a Gaussian's sigma
     (final_sigma_scale)."""
     with v1.variable_scope("actor"):
-        features = mlp(features, cfg.actor_hidden if hidden is None else hidden, "mlp")
+        features = mlp(features, cfg.actor_hidden if hidden is None else hidden, "mlp", cfg)
         policy_class = SoftmaxPolicy if spec.discrete else GaussianPolicy
         return policy_class(features, spec, cfg, schedule)
 
@@ -389,7 +392,7 @@ def build_actor(features, spec: EnvSpec, cfg: Config, hidden: tuple = None, sche
 def build_critic(features, cfg: Config, hidden: tuple = None):
     """V(features). Built once per input tensor; AUTO_REUSE makes every call share one set of weights."""
     with v1.variable_scope("critic", reuse=v1.AUTO_REUSE):
-        features = mlp(features, cfg.critic_hidden if hidden is None else hidden, "mlp")
+        features = mlp(features, cfg.critic_hidden if hidden is None else hidden, "mlp", cfg)
         return tf.squeeze(dense(features, 1, "v", gain=1.0), axis=1)
 
 

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import a3c
+import config as config_module
 import cpus
 from config import Config
 from graphs import build_session
@@ -70,6 +71,20 @@ def box_spec(low, high, obs_dim=4):
 
 def discrete_spec(n, obs_dim=4):
     return a3c.EnvSpec("test", obs_dim, True, n, None, None)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_both_mlps_use_the_configured_hidden_activation_in_every_layer(activation):
+    cfg = Config(workers=1, actor_hidden=(8, 8), critic_hidden=(8,), hidden_activation=activation)
+    sess, _, _ = build_session(discrete_spec(2), cfg)
+    ops = [op.type for op in sess.graph.get_operations() if op.name.startswith("global/")]
+    assert ops.count({"relu": "Relu", "tanh": "Tanh"}[activation]) == 3, "two actor layers, one critic"
+    assert ops.count({"relu": "Tanh", "tanh": "Relu"}[activation]) == 0
+    sess.close()
+
+
+def test_every_hidden_activation_the_config_accepts_has_an_op():
+    assert set(a3c.HIDDEN_ACTIVATION_OPS) == set(config_module.HIDDEN_ACTIVATIONS)
 
 
 def test_gaussian_log_prob_and_entropy_match_closed_form():

@@ -280,6 +280,7 @@ def test_cli_refuses_unsupported_spaces_naming_env_and_space(env_id, words, caps
     (["--set", "reward_shift=nan"], ["reward_shift must be a finite number"]),
     (["--set", "initial_sigma=nan"], ["initial_sigma must be a finite number"]),
     (["--set", "final_sigma_scale=0"], ["final_sigma_scale must be in (0, 1]"]),
+    (["--set", "hidden_activation=elu"], ["hidden_activation must be relu or tanh"]),
     (["--set", "final_sigma_scale=1.5"], ["final_sigma_scale must be in (0, 1]"]),
     (["--set", "lstm_units=0"], ["lstm_units must be >= 1"]),
     (["--set", "log_every_s=inf"], ["log_every_s must be a finite number"]),
