@@ -155,7 +155,8 @@ class Config:
     """Hidden layer sizes of the critic."""
     hidden_activation: str = "relu"
     """The nonlinearity of both MLPs' hidden layers: "relu" (the classic tutorial's) or "tanh"
-    (Stable-Baselines3's and OpenAI baselines' MLP policies)."""
+    (Stable-Baselines3's and OpenAI baselines' MLP policies). A net with a shared trunk (the
+    Atari CNN, use_lstm) has heads without hidden layers, so there it changes nothing."""
     sigma_from_state: bool = False
     """Continuous actions: the standard deviation is an output of the actor (True, as in the A3C
     paper) or one learned parameter per action dimension (False, as in PPO and SB3's A2C; tuned
@@ -334,14 +335,15 @@ PRESETS: dict[str, dict] = {
         max_episodes=1000,
     ),
     "CartPole-v1": dict(
-        hidden_activation="tanh",  # tuning seeds 41-59, each set of 9 in one sitting: with ReLUs
-                              # 475 was reached on 6 of 9 and 5 of 8 of seeds 41-49 (two sittings;
-                              # 51-59 with entropy_beta=0.001: 7 of 9), and the misses stalled at
-                              # a mean-100 of 130-250 (the cart driving off the track) or
+        hidden_activation="tanh",  # tuning seeds 41-59 (results/tuning_41-59.md): with ReLUs 475
+                              # was reached on 6 of 9 of seeds 41-49 (with entropy_beta=0.001: 9
+                              # of 9 there, then 7 of 9 on 51-59), and the misses stalled at a
+                              # mean-100 of 130-250 (the cart driving off the track) or
                               # collapsed after reaching it; with
                               # tanh (SB3's and baselines' MLPs) 18 of 18 reached it, ended
                               # at/above it, and kept a best agent at/above it, at a median 140k
                               # and 147k env steps and episodes 1,013-1,074
+        # (the values below were tuned with ReLUs, before tanh)
         n_steps=10,           # fewer, larger pushes: 0.6x the env steps to 475 of n_steps=5
         actor_lr=1.5e-3,      # annealed from 2e-3 over 300k env steps, tuning seeds 11-19 reached
         anneal_lr=True,       # 475 and ended at/above it on 9 and 9 of 9 (without annealing: 8

@@ -287,6 +287,7 @@ def test_resume_continues_the_counters_the_csv_and_the_plot(tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     ([], ["already used its budget"]),
     (["--max-episodes", "99", "--set", "gamma=0.5"], ["cannot change gamma"]),
+    (["--max-episodes", "99", "--set", "hidden_activation=tanh"], ["cannot change hidden_activation"]),
     (["--max-episodes", "99", "--workers", "3"], ["its own --env, --workers and --seed"]),
 ])
 def test_resume_refuses_what_would_change_the_run_and_writes_nothing(argv, words, trained_run,

@@ -1,5 +1,6 @@
 """The pieces of the A3C graph against hand-computed and closed-form values."""
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -81,6 +82,17 @@ def test_both_mlps_use_the_configured_hidden_activation_in_every_layer(activatio
     assert ops.count({"relu": "Relu", "tanh": "Tanh"}[activation]) == 3, "two actor layers, one critic"
     assert ops.count({"relu": "Tanh", "tanh": "Relu"}[activation]) == 0
     sess.close()
+
+
+def test_a_run_saved_before_hidden_activation_existed_is_read_as_the_relu_net_it_trained(tmp_path):
+    saved = dataclasses.asdict(config_module.config_for("CartPole-v1"))
+    assert saved.pop("hidden_activation") == "tanh", "today's preset"
+    (tmp_path / "config.json").write_text(json.dumps({"env": "CartPole-v1", "config": saved}))
+    env_id, cfg = a3c.read_run(str(tmp_path))  # what --resume and --eval read
+    assert (env_id, cfg.hidden_activation) == ("CartPole-v1", "relu")
+    saved["hidden_activation"] = "tanh"
+    (tmp_path / "config.json").write_text(json.dumps({"env": "CartPole-v1", "config": saved}))
+    assert a3c.read_run(str(tmp_path))[1].hidden_activation == "tanh"
 
 
 def test_every_hidden_activation_the_config_accepts_has_an_op():
