@@ -285,7 +285,7 @@ ATARI = dict(
     entropy_beta=0.01,      # A3C paper
     reward_clip=1.0,        # A3C paper (rewards clipped to [-1, 1] for learning)
     shared_lr=3e-4,         # the first rate that has started Pong here (seed 5): mean-100 -18 at
-                            # 14.3M frames, -15 at 21.5M, -14.3 at 23.3M (results/pong_curve.md).
+                            # 14.3M frames, -10 at 26.2M, -3.4 at 38.9M (results/pong_curve.md).
                             # With eps 1e-5 and gradients this small RMSProp acts as SGD at
                             # lr / sqrt(eps), so per sample 3e-4 over 40-sample pushes is 0.86x
                             # baselines' 7e-4 over 80 (A2C, 16 envs x 5). 7e-4: V's std over 240
