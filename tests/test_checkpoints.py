@@ -96,6 +96,11 @@ def greedy_returns_from_the_checkpoint_by_hand(checkpoint, episodes):
     """CartPole played with argmax of the actor's logits, computed in NumPy from the weights."""
     import gymnasium as gym
 
+    run_dir = os.path.dirname(os.path.dirname(checkpoint.rstrip(os.sep)))
+    while not os.path.exists(os.path.join(run_dir, "config.json")):  # checkpoints/ or checkpoints/best/
+        run_dir = os.path.dirname(run_dir)
+    activation = a3c.read_run(run_dir)[1].hidden_activation
+
     def weight(name):
         return a3c.v1.train.load_variable(checkpoint, f"global/actor/{name}")
     returns = []
@@ -104,7 +109,8 @@ def greedy_returns_from_the_checkpoint_by_hand(checkpoint, episodes):
         obs, _ = env.reset(seed=10_000 + episode)
         total, done = 0.0, False
         while not done:
-            hidden = np.maximum(obs.astype(np.float32) @ weight("mlp/h0/w") + weight("mlp/h0/b"), 0)
+            pre_activation = obs.astype(np.float32) @ weight("mlp/h0/w") + weight("mlp/h0/b")
+            hidden = {"relu": lambda x: np.maximum(x, 0), "tanh": np.tanh}[activation](pre_activation)
             action = int(np.argmax(hidden @ weight("logits/w") + weight("logits/b")))
             obs, reward, terminated, truncated, _ = env.step(action)
             total += reward
