@@ -236,7 +236,7 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, t
     process = subprocess.Popen(
         [sys.executable, os.path.join(root, "a3c.py"), "--env", "CartPole-v1", "--workers", "2",
          "--max-steps", "100000000", "--no-plot", "--results-dir", str(tmp_path),
-         "--set", "log_every_s=0.5", "--set", "hidden_activation=relu"],  # see the closing note of 2026-11-30
+         "--set", "log_every_s=0.5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in process.stdout:  # wait until training is under way
         if line.startswith("episodes"):
