@@ -339,10 +339,10 @@ PRESETS: dict[str, dict] = {
                               # was reached on 6 of 9 of seeds 41-49 (with entropy_beta=0.001: 9
                               # of 9 there, then 7 of 9 on 51-59), and the misses stalled at a
                               # mean-100 of 130-250 (the cart driving off the track) or
-                              # collapsed after reaching it; with
-                              # tanh (SB3's and baselines' MLPs) 18 of 18 reached it, ended
-                              # at/above it, and kept a best agent at/above it, at a median 140k
-                              # and 147k env steps and episodes 1,013-1,074
+                              # collapsed after reaching it; with tanh (SB3's and baselines'
+                              # MLPs) 18 of 18 reached it, ended at/above it, and kept a best
+                              # agent at/above it, at a median 140k and 147k env steps and
+                              # episodes 1,013-1,074
         # (the values below were tuned with ReLUs, before tanh)
         n_steps=10,           # fewer, larger pushes: 0.6x the env steps to 475 of n_steps=5
         actor_lr=1.5e-3,      # annealed from 2e-3 over 300k env steps, tuning seeds 11-19 reached

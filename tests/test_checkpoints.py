@@ -92,14 +92,9 @@ def test_eval_plays_the_deterministic_policy_and_records_an_animation(trained_ru
     assert again["returns"] == a3c.evaluate(trained_run, episodes=3)["returns"], "deterministic"
 
 
-def greedy_returns_from_the_checkpoint_by_hand(checkpoint, episodes):
+def greedy_returns_from_the_checkpoint_by_hand(checkpoint, activation, episodes):
     """CartPole played with argmax of the actor's logits, computed in NumPy from the weights."""
     import gymnasium as gym
-
-    run_dir = os.path.dirname(os.path.dirname(checkpoint.rstrip(os.sep)))
-    while not os.path.exists(os.path.join(run_dir, "config.json")):  # checkpoints/ or checkpoints/best/
-        run_dir = os.path.dirname(run_dir)
-    activation = a3c.read_run(run_dir)[1].hidden_activation
 
     def weight(name):
         return a3c.v1.train.load_variable(checkpoint, f"global/actor/{name}")
@@ -121,7 +116,8 @@ def greedy_returns_from_the_checkpoint_by_hand(checkpoint, episodes):
 
 def test_eval_plays_exactly_the_policy_stored_in_the_checkpoint(trained_run):
     result = a3c.evaluate(trained_run, episodes=3)
-    assert result["returns"] == greedy_returns_from_the_checkpoint_by_hand(result["checkpoint"], 3)
+    assert result["returns"] == greedy_returns_from_the_checkpoint_by_hand(
+        result["checkpoint"], a3c.read_run(trained_run)[1].hidden_activation, 3)
 
 
 def test_a_restore_brings_back_the_global_net_its_rmsprop_slots_and_the_step_count(trained_run):
