@@ -1,7 +1,7 @@
 """Build the trainer's graph for a test and start a session on it."""
-import tensorflow as tf
+import a3c  # first: it imports TensorFlow with the settings the trainer runs with
 
-import a3c
+tf = a3c.tf
 
 
 def build_session(spec, cfg):
