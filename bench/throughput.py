@@ -3,16 +3,18 @@
     python bench/throughput.py --also-unpinned         # the full grid (~30 minutes on 2 cores)
     python bench/throughput.py --envs Pendulum-v1 --workers 8 --envs-per-worker 1 4 16 --no-save
     python bench/throughput.py --envs ALE/Pong-v5 --workers 2 4 8 --envs-per-worker 8 \
-        --set pin_threads=true --also-unpinned --repeats 1 --tag _atari   # --set cnn=nature too
+        --variant use_lstm=true --repeats 1 --tag _atari       # the Atari table (~15 minutes)
 
-For each environment it first times a bare single-thread loop (gym.make, a fixed valid action, no
-policy), then trains for a fixed number of env steps with every (workers, envs per worker) pair,
-each pair in a fresh process (so that its peak RSS is its own), `--repeats` times. Reported:
-env steps/s in the steady state (after the first 20% of the run, when every worker's session
-calls are warm; median over repeats), the ratio to the bare loop measured in this same run, CPU
-utilisation (process CPU seconds / wall / cores, whole run) and peak RSS. Writes
-results/throughput.md and results/throughput.png unless --no-save. Run it alone: on 2 cores,
-anything else running changes the figures.
+For a classic-control env it first times a bare single-thread loop (gym.make, a fixed valid
+action, no policy); for an Atari game, each cell's limit is its own games on as many ale-py C++
+threads as its workers run (workers x atari_threads), stepped with a fixed action and no network.
+Then it trains for a fixed number of env steps with every (workers, envs per worker) pair, and
+again with each --variant's overrides, each in a fresh process (so that its peak RSS is its own),
+`--repeats` times. Reported: env steps/s (Atari: env frames/s, 4 per agent step) in the steady
+state (after the first 20% of the run, when every worker's session calls are warm; median over
+repeats), the ratio to the bare loop or limit measured in this same run, CPU utilisation
+(process CPU seconds / wall / cores, whole run) and peak RSS. Writes results/throughput<tag>.md
+and .png unless --no-save. Run it alone: on 2 cores, anything else running changes the figures.
 """
 from __future__ import annotations
 
@@ -31,27 +33,15 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+FRAME_SKIP = 4  # an Atari agent step is 4 emulator frames (a3c.FRAME_SKIP)
 FIXED_ACTIONS = {"Pendulum-v1": [0.0], "CartPole-v1": 0}
 
 
 def bare_loop(env_id: str, steps: int) -> float:
-    """Steps/s of one thread stepping the env with a fixed action, resetting at episode ends
-    (an Atari game: one ale-py vector env of 8 games, its steps counted per game)."""
+    """Steps/s of one thread stepping the env with a fixed action, resetting at episode ends."""
     import gymnasium as gym
     import numpy as np
 
-    if env_id.startswith("ALE/"):
-        import a3c
-        import config as config_module
-        games = a3c.make_envs(env_id, config_module.config_for(env_id), 8)
-        games.reset(np.arange(8))
-        actions = np.zeros(8, np.int32)
-        start = time.perf_counter()
-        for _ in range(steps // 8):
-            games.step(actions)  # the vector env starts ended games anew by itself
-        rate = (steps // 8) * 8 / (time.perf_counter() - start)
-        games.close()
-        return rate
     env = gym.make(env_id)
     action = FIXED_ACTIONS.get(env_id)
     if action is None:
@@ -64,6 +54,31 @@ def bare_loop(env_id: str, steps: int) -> float:
         if terminated or truncated:
             env.reset()
     return steps / (time.perf_counter() - start)
+
+
+def bare_atari(env_id: str, games: int, threads: int, seconds: float = 4.0) -> float:
+    """Agent steps/s of the trainer's own ale-py vector env of `games` games on `threads` C++
+    threads (what a cell's workers run in all) stepped with a fixed action and no network: the
+    limit the trainer's cell is measured against."""
+    import numpy as np
+
+    import a3c
+    import config as config_module
+
+    cfg = dataclasses.replace(config_module.config_for(env_id), atari_threads=threads)
+    envs = a3c.make_envs(env_id, cfg, games)
+    try:
+        envs.reset(np.arange(games))
+        actions = np.zeros(games, np.int32)
+        for _ in range(20):  # the threads start and the first frames are drawn
+            envs.step(actions)
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            envs.step(actions)  # the vector env starts ended games anew by itself
+            count += 1
+        return count * games / (time.perf_counter() - start)
+    finally:
+        envs.close()
 
 
 def steady_rate(rows: dict, summary: dict) -> float:
@@ -111,6 +126,14 @@ def measure(env_id, workers, envs_per_worker, steps, repeats, sets) -> dict:
                 pinned=result["pinned"], rss_mb=result["peak_rss_mb"])
 
 
+def env_threads(env_id: str, sets: list) -> int:
+    """The C++ env threads each worker of an Atari cell runs (its atari_threads)."""
+    import config as config_module
+
+    overrides = config_module.parse_overrides(sets)
+    return overrides.get("atari_threads", config_module.config_for(env_id).atari_threads)
+
+
 def steps_for(env_id: str, workers: int, envs_per_worker: int) -> int:
     """Long enough for a steady state: at least 3 episodes per env for Pendulum's 200-step waves."""
     envs = workers * envs_per_worker
@@ -129,6 +152,9 @@ def main(argv=None) -> int:
     parser.add_argument("--also-unpinned", action="store_true",
                         help="also time every cell that pins its threads with pin_threads=false, "
                              "right after it")
+    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                        help="also time every cell with these overrides, right after it "
+                             "(--variant use_lstm=true)")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"))
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--tag", default="", help="suffix of the output names: --tag _atari "
@@ -145,25 +171,38 @@ def main(argv=None) -> int:
         os.makedirs(args.out, exist_ok=True)  # now, not after the measurements
     rows, bare = [], {}
     for env_id in args.envs:
-        bare_steps = 8_000 if env_id.startswith("ALE/") else 50_000
-        bare[env_id] = statistics.median(bare_loop(env_id, bare_steps) for _ in range(args.repeats))
-        print(f"{env_id}: bare loop {bare[env_id]:,.0f} steps/s", flush=True)
+        atari = env_id.startswith("ALE/")
+        if not atari:
+            bare[env_id] = statistics.median(bare_loop(env_id, 50_000) for _ in range(args.repeats))
+            print(f"{env_id}: bare loop {bare[env_id]:,.0f} steps/s", flush=True)
         for workers in args.workers:
             for per_worker in args.envs_per_worker:
                 steps = steps_for(env_id, workers, per_worker)
-                row = measure(env_id, workers, per_worker, steps, args.repeats, args.set)
-                cell = [row]
-                if row["pinned"] and args.also_unpinned:
-                    unpinned = [s for s in args.set if s.split("=")[0].strip() != "pin_threads"]
-                    cell.append(dict(measure(env_id, workers, per_worker, steps, args.repeats,
-                                             unpinned + ["pin_threads=false"]), comparison=True))
-                for row in cell:
-                    row["ratio"] = row["steps_per_s"] / bare[env_id]
-                    rows.append(row)
-                    print(f"  {workers:>2} workers x {per_worker:>2} envs"
-                          f"{'' if row['pinned'] else ', unpinned'}: {row['steps_per_s']:>7,.0f} "
-                          f"steps/s ({row['ratio']:.2f} x bare), CPU {row['cpu']:.0%}, "
-                          f"peak RSS {row['rss_mb']:,.0f} MB", flush=True)
+                for variant in [""] + args.variant:
+                    sets = args.set + [v for v in variant.split(",") if v]
+                    row = measure(env_id, workers, per_worker, steps, args.repeats, sets)
+                    cell = [row]
+                    if row["pinned"] and args.also_unpinned:
+                        unpinned = [s for s in sets if s.split("=")[0].strip() != "pin_threads"]
+                        cell.append(dict(measure(env_id, workers, per_worker, steps, args.repeats,
+                                                 unpinned + ["pin_threads=false"]), comparison=True))
+                    for row in cell:
+                        row["variant"] = variant
+                        if atari:  # the same games on the same env threads, with no network
+                            threads = workers * env_threads(env_id, sets)
+                            row["bare"] = statistics.median(
+                                bare_atari(env_id, workers * per_worker, threads)
+                                for _ in range(args.repeats))
+                            row["bare_threads"] = threads
+                        else:
+                            row["bare"] = bare[env_id]
+                        row["ratio"] = row["steps_per_s"] / row["bare"]
+                        rows.append(row)
+                        print(f"  {workers:>2} workers x {per_worker:>2} envs"
+                              f"{'' if row['pinned'] else ', unpinned'}{' ' + variant if variant else ''}: "
+                              f"{row['steps_per_s']:>7,.0f} steps/s ({row['ratio']:.2f} x bare "
+                              f"{row['bare']:,.0f}), CPU {row['cpu']:.0%}, "
+                              f"peak RSS {row['rss_mb']:,.0f} MB", flush=True)
     text = table(rows, bare, args)
     print(text)
     if not args.no_save:
@@ -198,15 +237,37 @@ def table(rows, bare, args) -> str:
              "Threads pinned: the workers share one CPU and TensorFlow's op pool has the others "
              "(`pin_threads`, the default from 3 workers); unpinned: threads run anywhere and ops "
              "run in the calling thread.", "",
-             "| env | workers | envs/worker | threads | env steps/s | min..max | × bare loop | CPU "
-             "| peak RSS MB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             ]
+    if bare:
+        lines += ["| env | workers | envs/worker | threads | env steps/s | min..max | × bare loop "
+                  "| CPU | peak RSS MB |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for env_id in bare:
         lines.append(f"| {env_id} | bare loop, 1 thread | | | {bare[env_id]:,.0f} | | 1.00 | | |")
         for r in (r for r in rows if r["env"] == env_id):
             lines.append(f"| {env_id} | {r['workers']} | {r['envs_per_worker']} | "
-                         f"{'pinned' if r['pinned'] else 'unpinned'} | "
+                         f"{'pinned' if r['pinned'] else 'unpinned'}"
+                         f"{', ' + r['variant'] if r['variant'] else ''} | "
                          f"{r['steps_per_s']:,.0f} | {r['spread'][0]:,.0f}..{r['spread'][1]:,.0f} | "
+                         f"{r['ratio']:.2f} | {r['cpu']:.0%} | {r['rss_mb']:,.0f} |")
+    atari = [r for r in rows if r["env"].startswith("ALE/")]
+    if atari:
+        if bare:
+            lines.append("")
+        lines += [f"Atari: env frames/s are agent steps/s x {FRAME_SKIP} (each action is repeated on "
+                  f"{FRAME_SKIP} frames). The limit: the cell's own games on the same number of "
+                  "ale-py C++ env threads (workers x atari_threads), stepped with a fixed action "
+                  "and no network, in this same run.", "",
+                  "| env | workers | envs/worker | settings | threads | env frames/s | min..max "
+                  "| agent steps/s | limit: bare vector env frames/s (env threads) | × limit | CPU "
+                  "| peak RSS MB |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in atari:
+            lines.append(f"| {r['env']} | {r['workers']} | {r['envs_per_worker']} | "
+                         f"{r['variant'] or 'preset'} | {'pinned' if r['pinned'] else 'unpinned'} | "
+                         f"{FRAME_SKIP * r['steps_per_s']:,.0f} | "
+                         f"{FRAME_SKIP * r['spread'][0]:,.0f}..{FRAME_SKIP * r['spread'][1]:,.0f} | "
+                         f"{r['steps_per_s']:,.0f} | {FRAME_SKIP * r['bare']:,.0f} ({r['bare_threads']}) | "
                          f"{r['ratio']:.2f} | {r['cpu']:.0%} | {r['rss_mb']:,.0f} |")
     return "\n".join(lines)
 
@@ -216,31 +277,39 @@ def plot(rows, bare, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(bare), figsize=(6 * len(bare), 5.5), squeeze=False)
-    for ax, env_id in zip(axes[0], bare):
+    atari = list(dict.fromkeys(r["env"] for r in rows if r["env"].startswith("ALE/")))
+    panels = list(bare) + atari
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5.5), squeeze=False)
+    for ax, env_id in zip(axes[0], panels):
         env_rows = [r for r in rows if r["env"] == env_id]
+        scale = FRAME_SKIP if env_id in atari else 1
         default = [r for r in env_rows if not r.get("comparison")]
         unpinned = [r for r in env_rows if not r["pinned"]]  # the comparison and 1-2 workers
-        for colour, per_worker in enumerate(sorted({r["envs_per_worker"] for r in env_rows})):
-            line = [r for r in default if r["envs_per_worker"] == per_worker]
-            ax.plot([r["workers"] for r in line], [r["steps_per_s"] for r in line], marker="o",
-                    color=f"C{colour}",
-                    label=f"{per_worker} env{'s' if per_worker > 1 else ''} per worker")
-            line = [r for r in unpinned if r["envs_per_worker"] == per_worker]
+        series = sorted({(r["envs_per_worker"], r["variant"]) for r in env_rows})
+        for colour, (per_worker, variant) in enumerate(series):
+            name = f"{per_worker} env{'s' if per_worker > 1 else ''}{', ' + variant if variant else ''}"
+            line = [r for r in default if (r["envs_per_worker"], r["variant"]) == (per_worker, variant)]
+            ax.plot([r["workers"] for r in line], [scale * r["steps_per_s"] for r in line],
+                    marker="o", color=f"C{colour}", label=f"{name} per worker")
+            if env_id in atari:
+                ax.plot([r["workers"] for r in line], [scale * r["bare"] for r in line],
+                        color=f"C{colour}", linestyle=":", alpha=0.6,
+                        label=f"{name}: bare vector env, same threads")
+            line = [r for r in unpinned if (r["envs_per_worker"], r["variant"]) == (per_worker, variant)]
             if any(r.get("comparison") for r in line):
-                ax.plot([r["workers"] for r in line], [r["steps_per_s"] for r in line],
+                ax.plot([r["workers"] for r in line], [scale * r["steps_per_s"] for r in line],
                         color=f"C{colour}", linestyle="--", marker="x", alpha=0.5,
-                        label=f"{per_worker} env{'s' if per_worker > 1 else ''}, unpinned")
-        ax.axhline(bare[env_id], color="black", linestyle="--", label="bare env loop, 1 thread")
-        ax.axhline(bare[env_id] / 2, color="gray", linestyle=":", label="half the bare loop")
+                        label=f"{name}, unpinned")
+        if env_id in bare:
+            ax.axhline(bare[env_id], color="black", linestyle="--", label="bare env loop, 1 thread")
+            ax.axhline(bare[env_id] / 2, color="gray", linestyle=":", label="half the bare loop")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("worker threads")
-        ax.set_ylabel("env steps/s (median)")
+        ax.set_ylabel("env frames/s (median)" if env_id in atari else "env steps/s (median)")
         ax.set_title(env_id)
         ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)  # one legend, off the data
-    fig.tight_layout(rect=(0, 0.16, 1, 1))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
