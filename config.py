@@ -110,8 +110,9 @@ class Config:
     cnn: str = "a3c"
     """The trunk of image observations: "a3c" (the A3C paper's 16 8x8/4 -> 32 4x4/2 -> 256) or
     "nature" (DQN's 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 -> 512). Pong, 8 workers unpinned on 2
-    cores: 646 agent steps/s with "a3c", 404 with "nature" (results/throughput_atari*.md, both
-    with ReLU trunks); which learns more per step is not measured yet."""
+    cores, in one older sitting (ReLU trunks, before the oneDNN kernels): 646 agent steps/s with
+    "a3c", 404 with "nature" (results/throughput_atari_nature.md); which learns more per step is
+    not measured yet."""
     trunk_activation: str = "elu"
     """The CNN trunk's nonlinearity: "elu", or "relu", both papers' choice. With ReLUs our Pong run
     (results/pong_curve_relu.md) never started: after 12.5M frames 61% of the fc units were
@@ -138,10 +139,9 @@ class Config:
     observations the LSTM is the trunk: it reads the observations (scaled, with scale_obs) and
     the heads sit on it with no hidden layers, so actor_hidden, critic_hidden, actor_lr and
     critic_lr go unused (and no preset's shared_lr is tuned for it). Off in the presets: which
-    learns Pong faster per wall second is not measured. Its cost looks small: Pong, 2 cores
-    unpinned, 8 games per worker, 722 / 696 agent steps/s at 4 / 8 workers with it, 749 / 646
-    without (two sittings, one run per cell: results/throughput_atari_lstm.md and
-    results/throughput_atari.md; ReLU trunks)."""
+    learns Pong faster per wall second is not measured. Its cost: Pong, 2 cores unpinned, 8 games
+    per worker, 1,085 / 1,054 agent steps/s at 4 / 8 workers with it, 1,220 / 1,444 without (one
+    sitting, one run per cell: results/throughput_atari.md)."""
     lstm_units: int = 256
     """Cells of the LSTM (A3C paper: 256)."""
     atari_threads: int = 1
@@ -299,8 +299,8 @@ ATARI = dict(
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
-                            # 646 steps/s unpinned, 463 pinned; 4 workers 749 and 508
-                            # (results/throughput_atari.md, ReLU trunk)
+                            # 1,444 agent steps/s unpinned, 1,020 pinned; 4 workers 1,220 and 980
+                            # (results/throughput_atari.md)
     repeat_action_probability=0.0,  # no sticky actions, like the ids the A3C figures come from
 )
 
