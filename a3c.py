@@ -45,12 +45,15 @@ def import_tensorflow_quietly():
     to stderr before any logging setting applies, so stderr is silenced for the import alone.
 
     oneDNN's CPU kernels are asked for (pip's TensorFlow turns them on by itself only on CPUs
-    with AVX-512-class features): on this 2-core AMD host, the Atari CNN's two convolutions,
-    forward and filter gradients at batch 40, took 15 ms with them and 26-36 ms without
-    (three runs of each, interleaved), and a Pong worker's update call 26 ms against 43 ms.
-    The MLPs of classic control were not slower. Set TF_ENABLE_ONEDNN_OPTS=0 to turn them off."""
+    with AVX-512, AVX-VNNI or AMX features): on this 2-core AMD host, the Atari CNN's two
+    convolutions, forward and filter gradients at batch 40, took 15 ms with them and 26-36 ms
+    without (three runs of each, interleaved), and a Pong worker's update call 26 ms against
+    43 ms. The MLPs of classic control were not slower in a side-by-side check. Set
+    TF_ENABLE_ONEDNN_OPTS=0 to turn them off. Where TensorFlow was imported before a3c, its
+    kernels are already chosen, and nothing is changed here (not even for child processes)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    if "tensorflow" not in sys.modules:
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     sys.stderr.flush()
     saved = os.dup(2)
     try:
@@ -1367,7 +1370,8 @@ def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
     if cfg.anneal_lr and starts_at < 0.01:
         raise UsageError(f"{run_dir}'s learning rates are annealed to {starts_at:.1%} of their "
                          f"base, so it would learn nothing more; resume it with --set "
-                         f"anneal_lr=false to train on at the base rates, or start a new run")
+                         f"anneal_lr=false to train on at the base rates (a jump that can "
+                         f"undo what was learned: copy the run folder first), or start a new run")
     return RunHistory(rows, env_steps, AnnealStart(reached, used))
 
 

@@ -3,11 +3,12 @@
     python bench/throughput.py --also-unpinned         # the full grid (~30 minutes on 2 cores)
     python bench/throughput.py --envs Pendulum-v1 --workers 8 --envs-per-worker 1 4 16 --no-save
     python bench/throughput.py --envs ALE/Pong-v5 --workers 2 4 8 --envs-per-worker 8 \
-        --variant use_lstm=true --repeats 1 --tag _atari       # the Atari table (~15 minutes)
+        --variant use_lstm=true --variant pin_threads=true --repeats 1 --tag _atari  # ~12 minutes
 
 For a classic-control env it first times a bare single-thread loop (gym.make, a fixed valid
-action, no policy); for an Atari game, each cell's limit is its own games on as many ale-py C++
-threads as its workers run (workers x atari_threads), stepped with a fixed action and no network.
+action, no policy); for an Atari game, each cell's limit is as many games in one ale-py vector env
+on as many C++ threads as its workers run (workers x atari_threads), stepped with a fixed action
+and no network.
 Then it trains for a fixed number of env steps with every (workers, envs per worker) pair, and
 again with each --variant's overrides, each in a fresh process (so that its peak RSS is its own),
 `--repeats` times. Reported: env steps/s (Atari: env frames/s, 4 per agent step) in the steady
@@ -23,6 +24,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -81,15 +83,17 @@ def bare_atari(env_id: str, games: int, threads: int, seconds: float = 4.0) -> f
         envs.close()
 
 
-def steady_rate(rows: dict, summary: dict) -> float:
-    """Env steps/s from the first episode recorded after 20% of the run to the run's end."""
+def steady_rate(rows: dict, summary: dict) -> tuple[float, bool]:
+    """(env steps/s, steady): the rate from the first episode recorded after 20% of the run to
+    the run's end, or, where no episode ended after that point in time for it, the whole run's
+    rate, start-up included (steady False)."""
     import numpy as np
 
     late = np.nonzero(rows["wall_s"] >= 0.2 * summary["wall_s"])[0]
     if len(late) == 0 or summary["wall_s"] - rows["wall_s"][late[0]] < 0.5:
-        return summary["steps_per_s"]
+        return summary["steps_per_s"], False
     i = late[0]
-    return (summary["env_steps"] - rows["env_steps"][i]) / (summary["wall_s"] - rows["wall_s"][i])
+    return (summary["env_steps"] - rows["env_steps"][i]) / (summary["wall_s"] - rows["wall_s"][i]), True
 
 
 def child(env_id: str, workers: int, envs_per_worker: int, steps: int, repeats: int, sets: list) -> None:
@@ -106,8 +110,8 @@ def child(env_id: str, workers: int, envs_per_worker: int, steps: int, repeats: 
                                       max_episodes=None, seed=100 + repeat, **overrides)
             summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
             rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
-            runs.append(dict(steps_per_s=steady_rate(rows, summary),
-                             cpu_utilisation=summary["cpu_utilisation"]))
+            rate, steady = steady_rate(rows, summary)
+            runs.append(dict(steps_per_s=rate, steady=steady, cpu_utilisation=summary["cpu_utilisation"]))
     print(json.dumps(dict(runs=runs, pinned=a3c.cpu_layout(cfg) is not None,
                           peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
 
@@ -123,7 +127,23 @@ def measure(env_id, workers, envs_per_worker, steps, repeats, sets) -> dict:
     return dict(env=env_id, workers=workers, envs_per_worker=envs_per_worker,
                 steps_per_s=statistics.median(rates), spread=(min(rates), max(rates)),
                 cpu=statistics.median(r["cpu_utilisation"] for r in result["runs"]),
+                steady=all(r["steady"] for r in result["runs"]),
                 pinned=result["pinned"], rss_mb=result["peak_rss_mb"])
+
+
+CELL_FIELDS = {"workers", "envs_per_worker", "max_steps", "max_episodes", "seed"}  # child() sets them
+
+
+def variant_sets(variant: str) -> list:
+    """"a=1,b=2,3" -> ["a=1", "b=2,3"]: a comma starts a new setting only before KEY=, so that
+    list values (actor_hidden=64,64) stay whole."""
+    return [part for part in re.split(r",(?=\s*\w+\s*=)", variant) if part.strip()]
+
+
+def parse_overrides(sets: list) -> dict:
+    import config as config_module
+
+    return config_module.parse_overrides(sets)
 
 
 def env_threads(env_id: str, sets: list) -> int:
@@ -137,8 +157,8 @@ def env_threads(env_id: str, sets: list) -> int:
 def steps_for(env_id: str, workers: int, envs_per_worker: int) -> int:
     """Long enough for a steady state: at least 3 episodes per env for Pendulum's 200-step waves."""
     envs = workers * envs_per_worker
-    if env_id.startswith("ALE/"):  # a CNN on 2 cores: some hundreds of agent steps/s
-        return 20_000
+    if env_id.startswith("ALE/"):  # past the first games' ends (an untrained Pong game lasts
+        return 60_000                 # 760+ agent steps): 64 games end theirs at ~24k-47k
     return max(40_000, 3 * 200 * envs) if env_id == "Pendulum-v1" else max(40_000, 150 * envs)
 
 
@@ -169,7 +189,15 @@ def main(argv=None) -> int:
     args.commit = git_commit()  # the code about to be timed, before any edit (not in each child)
     if not args.no_save:
         os.makedirs(args.out, exist_ok=True)  # now, not after the measurements
-    rows, bare = [], {}
+    rows, bare, limits = [], {}, {}
+    for variant in args.variant:  # a bad override fails now, not after an hour of cells
+        try:
+            parse_overrides(args.set + variant_sets(variant))
+        except ValueError as exc:
+            parser.error(f"--variant {variant}: {exc}")
+        clash = sorted(set(parse_overrides(variant_sets(variant))) & CELL_FIELDS)
+        if clash:
+            parser.error(f"--variant {variant}: {clash[0]} is set by the grid itself")
     for env_id in args.envs:
         atari = env_id.startswith("ALE/")
         if not atari:
@@ -179,21 +207,23 @@ def main(argv=None) -> int:
             for per_worker in args.envs_per_worker:
                 steps = steps_for(env_id, workers, per_worker)
                 for variant in [""] + args.variant:
-                    sets = args.set + [v for v in variant.split(",") if v]
+                    sets = args.set + variant_sets(variant)
                     row = measure(env_id, workers, per_worker, steps, args.repeats, sets)
                     cell = [row]
-                    if row["pinned"] and args.also_unpinned:
+                    if row["pinned"] and args.also_unpinned and "pin_threads" not in variant:
                         unpinned = [s for s in sets if s.split("=")[0].strip() != "pin_threads"]
                         cell.append(dict(measure(env_id, workers, per_worker, steps, args.repeats,
                                                  unpinned + ["pin_threads=false"]), comparison=True))
                     for row in cell:
                         row["variant"] = variant
-                        if atari:  # the same games on the same env threads, with no network
+                        if atari:  # as many games on as many env threads, with no network
                             threads = workers * env_threads(env_id, sets)
-                            row["bare"] = statistics.median(
-                                bare_atari(env_id, workers * per_worker, threads)
-                                for _ in range(args.repeats))
-                            row["bare_threads"] = threads
+                            key = (env_id, workers * per_worker, threads)
+                            if key not in limits:  # noisy on a shared host: 3 windows, once
+                                limits[key] = statistics.median(
+                                    bare_atari(env_id, workers * per_worker, threads)
+                                    for _ in range(max(3, args.repeats)))
+                            row["bare"], row["bare_threads"] = limits[key], threads
                         else:
                             row["bare"] = bare[env_id]
                         row["ratio"] = row["steps_per_s"] / row["bare"]
@@ -235,9 +265,12 @@ def table(rows, bare, args) -> str:
              f"(median, min..max), overrides: {', '.join(args.set) or 'none'}; versions: "
              f"{a3c.versions()}; code at git commit {args.commit}.", "",
              "Threads pinned: the workers share one CPU and TensorFlow's op pool has the others "
-             "(`pin_threads`, the default from 3 workers); unpinned: threads run anywhere and ops "
-             "run in the calling thread.", "",
+             "(`pin_threads`, from 3 workers; on by default for classic control, off in the Atari "
+             "preset); unpinned: threads run anywhere and ops run in the calling thread.", "",
              ]
+    if any(not r["steady"] for r in rows):
+        lines += ["A rate marked * is the whole run's, start-up included: no episode ended late "
+                  "enough in it to time a steady window from.", ""]
     if bare:
         lines += ["| env | workers | envs/worker | threads | env steps/s | min..max | × bare loop "
                   "| CPU | peak RSS MB |",
@@ -248,24 +281,27 @@ def table(rows, bare, args) -> str:
             lines.append(f"| {env_id} | {r['workers']} | {r['envs_per_worker']} | "
                          f"{'pinned' if r['pinned'] else 'unpinned'}"
                          f"{', ' + r['variant'] if r['variant'] else ''} | "
-                         f"{r['steps_per_s']:,.0f} | {r['spread'][0]:,.0f}..{r['spread'][1]:,.0f} | "
+                         f"{r['steps_per_s']:,.0f}{'' if r['steady'] else '*'} | "
+                         f"{r['spread'][0]:,.0f}..{r['spread'][1]:,.0f} | "
                          f"{r['ratio']:.2f} | {r['cpu']:.0%} | {r['rss_mb']:,.0f} |")
     atari = [r for r in rows if r["env"].startswith("ALE/")]
     if atari:
         if bare:
             lines.append("")
         lines += [f"Atari: env frames/s are agent steps/s x {FRAME_SKIP} (each action is repeated on "
-                  f"{FRAME_SKIP} frames). The limit: the cell's own games on the same number of "
-                  "ale-py C++ env threads (workers x atari_threads), stepped with a fixed action "
-                  "and no network, in this same run.", "",
+                  f"{FRAME_SKIP} frames). The limit: as many games in one ale-py vector env on as "
+                  "many C++ env threads as the cell's workers run (workers x atari_threads), "
+                  "stepped with a fixed action and no network, in this same run (median of 3 "
+                  "windows of 4 s, measured once per games and threads).", "",
                   "| env | workers | envs/worker | settings | threads | env frames/s | min..max "
                   "| agent steps/s | limit: bare vector env frames/s (env threads) | × limit | CPU "
                   "| peak RSS MB |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in atari:
             lines.append(f"| {r['env']} | {r['workers']} | {r['envs_per_worker']} | "
-                         f"{r['variant'] or 'preset'} | {'pinned' if r['pinned'] else 'unpinned'} | "
-                         f"{FRAME_SKIP * r['steps_per_s']:,.0f} | "
+                         f"{', '.join(args.set + variant_sets(r['variant'])) or 'preset'} | "
+                         f"{'pinned' if r['pinned'] else 'unpinned'} | "
+                         f"{FRAME_SKIP * r['steps_per_s']:,.0f}{'' if r['steady'] else '*'} | "
                          f"{FRAME_SKIP * r['spread'][0]:,.0f}..{FRAME_SKIP * r['spread'][1]:,.0f} | "
                          f"{r['steps_per_s']:,.0f} | {FRAME_SKIP * r['bare']:,.0f} ({r['bare_threads']}) | "
                          f"{r['ratio']:.2f} | {r['cpu']:.0%} | {r['rss_mb']:,.0f} |")
@@ -287,14 +323,14 @@ def plot(rows, bare, path) -> None:
         unpinned = [r for r in env_rows if not r["pinned"]]  # the comparison and 1-2 workers
         series = sorted({(r["envs_per_worker"], r["variant"]) for r in env_rows})
         for colour, (per_worker, variant) in enumerate(series):
-            name = f"{per_worker} env{'s' if per_worker > 1 else ''}{', ' + variant if variant else ''}"
+            name = f"{per_worker} env{'s' if per_worker > 1 else ''} per worker{', ' + variant if variant else ''}"
             line = [r for r in default if (r["envs_per_worker"], r["variant"]) == (per_worker, variant)]
             ax.plot([r["workers"] for r in line], [scale * r["steps_per_s"] for r in line],
-                    marker="o", color=f"C{colour}", label=f"{name} per worker")
+                    marker="o", color=f"C{colour}", label=name)
             if env_id in atari:
                 ax.plot([r["workers"] for r in line], [scale * r["bare"] for r in line],
                         color=f"C{colour}", linestyle=":", alpha=0.6,
-                        label=f"{name}: bare vector env, same threads")
+                        label=f"{name}: limit (bare vector env)")
             line = [r for r in unpinned if (r["envs_per_worker"], r["variant"]) == (per_worker, variant)]
             if any(r.get("comparison") for r in line):
                 ax.plot([r["workers"] for r in line], [scale * r["steps_per_s"] for r in line],
@@ -308,8 +344,14 @@ def plot(rows, bare, path) -> None:
         ax.set_ylabel("env frames/s (median)" if env_id in atari else "env steps/s (median)")
         ax.set_title(env_id)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        if env_id in atari:
+            ax.legend(fontsize=7)
+    if bare:  # one legend for the classic panels, below them, off the data
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+        fig.tight_layout(rect=(0, 0.16, 1, 1))
+    else:
+        fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
