@@ -186,10 +186,6 @@ def main(argv=None) -> int:
         child(env_id, int(workers), int(per_worker), int(steps), int(repeats), args.set)
         return 0
 
-    args.commit = git_commit()  # the code about to be timed, before any edit (not in each child)
-    if not args.no_save:
-        os.makedirs(args.out, exist_ok=True)  # now, not after the measurements
-    rows, bare, limits = [], {}, {}
     for variant in args.variant:  # a bad override fails now, not after an hour of cells
         try:
             parse_overrides(args.set + variant_sets(variant))
@@ -198,6 +194,10 @@ def main(argv=None) -> int:
         clash = sorted(set(parse_overrides(variant_sets(variant))) & CELL_FIELDS)
         if clash:
             parser.error(f"--variant {variant}: {clash[0]} is set by the grid itself")
+    args.commit = git_commit()  # the code about to be timed, before any edit (not in each child)
+    if not args.no_save:
+        os.makedirs(args.out, exist_ok=True)  # now, not after the measurements
+    rows, bare, limits = [], {}, {}
     for env_id in args.envs:
         atari = env_id.startswith("ALE/")
         if not atari:

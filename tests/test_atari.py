@@ -310,3 +310,20 @@ def test_returns_bootstrap_from_the_cnn_values_of_exactly_the_rows_they_need():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert np.abs(values).max() > 1e-3, "values that matter"
     sess.close()
+
+
+def test_throughput_variants_keep_list_values_whole_and_bad_ones_are_refused_before_timing(tmp_path,
+                                                                                             capsys):
+    import throughput
+
+    assert throughput.variant_sets("actor_hidden=64,64,use_lstm=true") == ["actor_hidden=64,64",
+                                                                           "use_lstm=true"]
+    assert throughput.variant_sets("") == []
+    for variant, says in (("workers=4", "set by the grid"), ("no_such_key=1", "unknown config key"),
+                          ("use_lstm=maybe", "bad value")):
+        with pytest.raises(SystemExit) as exit_info:
+            throughput.main(["--envs", PONG, "--workers", "2", "--envs-per-worker", "2",
+                             "--variant", variant, "--out", str(tmp_path / "out")])
+        assert exit_info.value.code == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "out").exists(), "refused before anything was timed or written"
