@@ -83,8 +83,10 @@ class Config:
     from where the run left it and falls to 0 at the end of the new budget, so raising the
     budget never makes it jump back up; a run whose rate had reached 0 (it used its budget, or
     went past anneal_steps) is refused, as it would learn nothing more: resume it with --set
-    anneal_lr=false to train on at the base rates. With anneal_steps set, that horizon replaces
-    the budget, and a larger budget changes nothing."""
+    anneal_lr=false to train on at the base rates. That jump can undo what was learned: our Pong
+    run (results/pong_curve.md), resumed so at 3e-4 from 3% of it, fell from a mean-100 of -3.4
+    to -20 within 120k agent steps (its checkpoints from before were kept). With anneal_steps
+    set, that horizon replaces the budget, and a larger budget changes nothing."""
     anneal_steps: Optional[int] = None
     """With anneal_lr: the env steps over which both rates fall to 0 (and stay there), instead
     of the run's budget (without anneal_lr it does nothing, so that a preset's horizon does not
@@ -111,8 +113,8 @@ class Config:
     """The trunk of image observations: "a3c" (the A3C paper's 16 8x8/4 -> 32 4x4/2 -> 256) or
     "nature" (DQN's 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 -> 512). Pong, 8 workers unpinned on 2
     cores, in one older sitting (ReLU trunks, before the oneDNN kernels): 646 agent steps/s with
-    "a3c", 404 with "nature" (results/throughput_atari_nature.md); which learns more per step is
-    not measured yet."""
+    "a3c" (git show 5ce9fab:results/throughput_atari.md), 404 with "nature"
+    (results/throughput_atari_nature.md); which learns more per step is not measured yet."""
     trunk_activation: str = "elu"
     """The CNN trunk's nonlinearity: "elu", or "relu", both papers' choice. With ReLUs our Pong run
     (results/pong_curve_relu.md) never started: after 12.5M frames 61% of the fc units were
@@ -140,7 +142,7 @@ class Config:
     the heads sit on it with no hidden layers, so actor_hidden, critic_hidden, actor_lr and
     critic_lr go unused (and no preset's shared_lr is tuned for it). Off in the presets: which
     learns Pong faster per wall second is not measured. Its cost: Pong, 2 cores unpinned, 8 games
-    per worker, 1,085 / 1,054 agent steps/s at 4 / 8 workers with it, 1,220 / 1,444 without (one
+    per worker, 1,015 / 952 agent steps/s at 4 / 8 workers with it, 1,265 / 1,210 without (one
     sitting, one run per cell: results/throughput_atari.md)."""
     lstm_units: int = 256
     """Cells of the LSTM (A3C paper: 256)."""
@@ -299,7 +301,7 @@ ATARI = dict(
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
-                            # 1,444 agent steps/s unpinned, 1,020 pinned; 4 workers 1,220 and 980
+                            # 1,210 agent steps/s unpinned, 894 pinned; 4 workers 1,265 and 850
                             # (results/throughput_atari.md)
     repeat_action_probability=0.0,  # no sticky actions, like the ids the A3C figures come from
 )
