@@ -3,7 +3,7 @@
     python bench/throughput.py --also-unpinned         # the full grid (~30 minutes on 2 cores)
     python bench/throughput.py --envs Pendulum-v1 --workers 8 --envs-per-worker 1 4 16 --no-save
     python bench/throughput.py --envs ALE/Pong-v5 --workers 2 4 8 --envs-per-worker 8 \
-        --variant use_lstm=true --variant pin_threads=true --repeats 1 --tag _atari  # ~12 minutes
+        --variant use_lstm=true --variant pin_threads=true --repeats 1 --tag _atari  # ~15 minutes
 
 For a classic-control env it first times a bare single-thread loop (gym.make, a fixed valid
 action, no policy); for an Atari game, each cell's limit is as many games in one ale-py vector env
@@ -124,7 +124,7 @@ def measure(env_id, workers, envs_per_worker, steps, repeats, sets) -> dict:
         raise RuntimeError(f"{env_id} {workers}x{envs_per_worker} failed:\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     rates = [r["steps_per_s"] for r in result["runs"]]
-    return dict(env=env_id, workers=workers, envs_per_worker=envs_per_worker,
+    return dict(env=env_id, workers=workers, envs_per_worker=envs_per_worker, sets=list(sets),
                 steps_per_s=statistics.median(rates), spread=(min(rates), max(rates)),
                 cpu=statistics.median(r["cpu_utilisation"] for r in result["runs"]),
                 steady=all(r["steady"] for r in result["runs"]),
@@ -146,6 +146,14 @@ def parse_overrides(sets: list) -> dict:
     return config_module.parse_overrides(sets)
 
 
+def check_config(env_id: str, overrides: dict) -> None:
+    """ValueError if the env's preset with these overrides cannot run (as a3c.py checks it)."""
+    import config as config_module
+
+    cfg = dataclasses.replace(config_module.config_for(env_id), **overrides)
+    cfg.validate()
+
+
 def env_threads(env_id: str, sets: list) -> int:
     """The C++ env threads each worker of an Atari cell runs (its atari_threads)."""
     import config as config_module
@@ -157,8 +165,8 @@ def env_threads(env_id: str, sets: list) -> int:
 def steps_for(env_id: str, workers: int, envs_per_worker: int) -> int:
     """Long enough for a steady state: at least 3 episodes per env for Pendulum's 200-step waves."""
     envs = workers * envs_per_worker
-    if env_id.startswith("ALE/"):  # past the first games' ends (an untrained Pong game lasts
-        return 60_000                 # 760+ agent steps): 64 games end theirs at ~24k-47k
+    if env_id.startswith("ALE/"):  # past the first games' ends: an untrained Pong game lasts
+        return max(60_000, 1_200 * envs)  # 760+ agent steps, and env steps count every game's
     return max(40_000, 3 * 200 * envs) if env_id == "Pendulum-v1" else max(40_000, 150 * envs)
 
 
@@ -186,14 +194,17 @@ def main(argv=None) -> int:
         child(env_id, int(workers), int(per_worker), int(steps), int(repeats), args.set)
         return 0
 
-    for variant in args.variant:  # a bad override fails now, not after an hour of cells
+    for variant in [""] + args.variant:  # a bad override fails now, not after an hour of cells
+        where = f"--variant {variant}" if variant else "--set"
         try:
-            parse_overrides(args.set + variant_sets(variant))
+            overrides = parse_overrides(args.set + variant_sets(variant))
+            clash = sorted(set(overrides) & CELL_FIELDS)
+            if clash:
+                raise ValueError(f"{clash[0]} is set by the grid itself")
+            for env_id in args.envs:
+                check_config(env_id, overrides)
         except ValueError as exc:
-            parser.error(f"--variant {variant}: {exc}")
-        clash = sorted(set(parse_overrides(variant_sets(variant))) & CELL_FIELDS)
-        if clash:
-            parser.error(f"--variant {variant}: {clash[0]} is set by the grid itself")
+            parser.error(f"{where}: {exc}")
     args.commit = git_commit()  # the code about to be timed, before any edit (not in each child)
     if not args.no_save:
         os.makedirs(args.out, exist_ok=True)  # now, not after the measurements
@@ -210,7 +221,8 @@ def main(argv=None) -> int:
                     sets = args.set + variant_sets(variant)
                     row = measure(env_id, workers, per_worker, steps, args.repeats, sets)
                     cell = [row]
-                    if row["pinned"] and args.also_unpinned and "pin_threads" not in variant:
+                    if (row["pinned"] and args.also_unpinned
+                            and "pin_threads" not in parse_overrides(variant_sets(variant))):
                         unpinned = [s for s in sets if s.split("=")[0].strip() != "pin_threads"]
                         cell.append(dict(measure(env_id, workers, per_worker, steps, args.repeats,
                                                  unpinned + ["pin_threads=false"]), comparison=True))
@@ -269,8 +281,8 @@ def table(rows, bare, args) -> str:
              "preset); unpinned: threads run anywhere and ops run in the calling thread.", "",
              ]
     if any(not r["steady"] for r in rows):
-        lines += ["A rate marked * is the whole run's, start-up included: no episode ended late "
-                  "enough in it to time a steady window from.", ""]
+        lines += ["A rate marked * includes a whole run's rate, start-up included: in at least one "
+                  "of its runs no episode ended late enough to time a steady window from.", ""]
     if bare:
         lines += ["| env | workers | envs/worker | threads | env steps/s | min..max | × bare loop "
                   "| CPU | peak RSS MB |",
@@ -291,15 +303,15 @@ def table(rows, bare, args) -> str:
         lines += [f"Atari: env frames/s are agent steps/s x {FRAME_SKIP} (each action is repeated on "
                   f"{FRAME_SKIP} frames). The limit: as many games in one ale-py vector env on as "
                   "many C++ env threads as the cell's workers run (workers x atari_threads), "
-                  "stepped with a fixed action and no network, in this same run (median of 3 "
-                  "windows of 4 s, measured once per games and threads).", "",
+                  f"stepped with a fixed action and no network, in this same run (median of "
+                  f"{max(3, args.repeats)} windows of 4 s, measured once per games and threads).", "",
                   "| env | workers | envs/worker | settings | threads | env frames/s | min..max "
                   "| agent steps/s | limit: bare vector env frames/s (env threads) | × limit | CPU "
                   "| peak RSS MB |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in atari:
             lines.append(f"| {r['env']} | {r['workers']} | {r['envs_per_worker']} | "
-                         f"{', '.join(args.set + variant_sets(r['variant'])) or 'preset'} | "
+                         f"{', '.join(r['sets']) or 'preset'} | "
                          f"{'pinned' if r['pinned'] else 'unpinned'} | "
                          f"{FRAME_SKIP * r['steps_per_s']:,.0f}{'' if r['steady'] else '*'} | "
                          f"{FRAME_SKIP * r['spread'][0]:,.0f}..{FRAME_SKIP * r['spread'][1]:,.0f} | "
@@ -327,10 +339,11 @@ def plot(rows, bare, path) -> None:
             line = [r for r in default if (r["envs_per_worker"], r["variant"]) == (per_worker, variant)]
             ax.plot([r["workers"] for r in line], [scale * r["steps_per_s"] for r in line],
                     marker="o", color=f"C{colour}", label=name)
-            if env_id in atari:
+            if env_id in atari and not variant:  # the same games and threads for every variant
                 ax.plot([r["workers"] for r in line], [scale * r["bare"] for r in line],
-                        color=f"C{colour}", linestyle=":", alpha=0.6,
-                        label=f"{name}: limit (bare vector env)")
+                        color="black", linestyle=":", alpha=0.6,
+                        label=f"{per_worker} env{'s' if per_worker > 1 else ''} per worker: "
+                              f"limit (bare vector env)")
             line = [r for r in unpinned if (r["envs_per_worker"], r["variant"]) == (per_worker, variant)]
             if any(r.get("comparison") for r in line):
                 ax.plot([r["workers"] for r in line], [scale * r["steps_per_s"] for r in line],

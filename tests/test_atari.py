@@ -312,18 +312,27 @@ def test_returns_bootstrap_from_the_cnn_values_of_exactly_the_rows_they_need():
     sess.close()
 
 
-def test_throughput_variants_keep_list_values_whole_and_bad_ones_are_refused_before_timing(tmp_path,
-                                                                                             capsys):
+def test_throughput_variants_keep_list_values_whole_and_bad_ones_are_refused_before_timing(
+        tmp_path, capsys, monkeypatch):
     import throughput
+
+    def must_not_time(*args, **kwargs):
+        raise AssertionError("a bad --variant or --set must be refused before anything is timed")
+
+    for name in ("measure", "bare_atari", "bare_loop", "git_commit"):
+        monkeypatch.setattr(throughput, name, must_not_time)
 
     assert throughput.variant_sets("actor_hidden=64,64,use_lstm=true") == ["actor_hidden=64,64",
                                                                            "use_lstm=true"]
     assert throughput.variant_sets("") == []
     for variant, says in (("workers=4", "set by the grid"), ("no_such_key=1", "unknown config key"),
-                          ("use_lstm=maybe", "bad value")):
+                          ("use_lstm=maybe", "bad value"), ("gamma=2", "gamma must be in")):
         with pytest.raises(SystemExit) as exit_info:
             throughput.main(["--envs", PONG, "--workers", "2", "--envs-per-worker", "2",
                              "--variant", variant, "--out", str(tmp_path / "out")])
         assert exit_info.value.code == 2
         assert says in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # --set alone is checked the same way
+        throughput.main(["--envs", PONG, "--set", "seed=3", "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2 and "--set: seed is set by the grid" in capsys.readouterr().err
     assert not (tmp_path / "out").exists(), "refused before anything was timed or written"
