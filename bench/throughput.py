@@ -35,7 +35,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-FRAME_SKIP = 4  # an Atari agent step is 4 emulator frames (a3c.FRAME_SKIP)
+import config as config_module  # noqa: E402  (plain Python: no TensorFlow in the parent)
+
 FIXED_ACTIONS = {"Pendulum-v1": [0.0], "CartPole-v1": 0}
 
 
@@ -65,7 +66,6 @@ def bare_atari(env_id: str, games: int, threads: int, seconds: float = 4.0) -> f
     import numpy as np
 
     import a3c
-    import config as config_module
 
     cfg = dataclasses.replace(config_module.config_for(env_id), atari_threads=threads)
     envs = a3c.make_envs(env_id, cfg, games)
@@ -99,7 +99,6 @@ def steady_rate(rows: dict, summary: dict) -> tuple[float, bool]:
 def child(env_id: str, workers: int, envs_per_worker: int, steps: int, repeats: int, sets: list) -> None:
     """Runs in a fresh process: train `repeats` times, print one JSON line."""
     import a3c
-    import config as config_module
 
     overrides = config_module.parse_overrides(sets)
     runs = []
@@ -111,7 +110,8 @@ def child(env_id: str, workers: int, envs_per_worker: int, steps: int, repeats: 
             summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
             rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
             rate, steady = steady_rate(rows, summary)
-            runs.append(dict(steps_per_s=rate, steady=steady, cpu_utilisation=summary["cpu_utilisation"]))
+            runs.append(dict(steps_per_s=rate, steady=steady,
+                             cpu_utilisation=summary["cpu_utilisation"]))
     print(json.dumps(dict(runs=runs, pinned=a3c.cpu_layout(cfg) is not None,
                           peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
 
@@ -140,26 +140,15 @@ def variant_sets(variant: str) -> list:
     return [part for part in re.split(r",(?=\s*\w+\s*=)", variant) if part.strip()]
 
 
-def parse_overrides(sets: list) -> dict:
-    import config as config_module
-
-    return config_module.parse_overrides(sets)
-
-
-def check_config(env_id: str, overrides: dict) -> None:
-    """ValueError if the env's preset with these overrides cannot run (as a3c.py checks it)."""
-    import config as config_module
-
-    cfg = dataclasses.replace(config_module.config_for(env_id), **overrides)
-    cfg.validate()
-
-
-def env_threads(env_id: str, sets: list) -> int:
-    """The C++ env threads each worker of an Atari cell runs (its atari_threads)."""
-    import config as config_module
-
+def cell_overrides(env_id: str, sets: list) -> dict:
+    """The overrides of `sets` (ValueError if one is bad, is set by the grid itself, or gives
+    the env a config that cannot run, as a3c.py would refuse it)."""
     overrides = config_module.parse_overrides(sets)
-    return overrides.get("atari_threads", config_module.config_for(env_id).atari_threads)
+    clash = sorted(set(overrides) & CELL_FIELDS)
+    if clash:
+        raise ValueError(f"{clash[0]} is set by the grid itself")
+    dataclasses.replace(config_module.config_for(env_id), **overrides).validate()
+    return overrides
 
 
 def steps_for(env_id: str, workers: int, envs_per_worker: int) -> int:
@@ -194,17 +183,13 @@ def main(argv=None) -> int:
         child(env_id, int(workers), int(per_worker), int(steps), int(repeats), args.set)
         return 0
 
-    for variant in [""] + args.variant:  # a bad override fails now, not after an hour of cells
-        where = f"--variant {variant}" if variant else "--set"
-        try:
-            overrides = parse_overrides(args.set + variant_sets(variant))
-            clash = sorted(set(overrides) & CELL_FIELDS)
-            if clash:
-                raise ValueError(f"{clash[0]} is set by the grid itself")
-            for env_id in args.envs:
-                check_config(env_id, overrides)
-        except ValueError as exc:
-            parser.error(f"{where}: {exc}")
+    overrides = {}  # (env, variant) -> its overrides: a bad one fails now, not after an hour
+    for variant in [""] + args.variant:
+        for env_id in args.envs:
+            try:
+                overrides[env_id, variant] = cell_overrides(env_id, args.set + variant_sets(variant))
+            except ValueError as exc:
+                parser.error(f"{'--variant ' + variant if variant else '--set'}: {exc}")
     args.commit = git_commit()  # the code about to be timed, before any edit (not in each child)
     if not args.no_save:
         os.makedirs(args.out, exist_ok=True)  # now, not after the measurements
@@ -221,15 +206,17 @@ def main(argv=None) -> int:
                     sets = args.set + variant_sets(variant)
                     row = measure(env_id, workers, per_worker, steps, args.repeats, sets)
                     cell = [row]
-                    if (row["pinned"] and args.also_unpinned
-                            and "pin_threads" not in parse_overrides(variant_sets(variant))):
+                    pins_itself = "pin_threads" in config_module.parse_overrides(variant_sets(variant))
+                    if row["pinned"] and args.also_unpinned and not pins_itself:
                         unpinned = [s for s in sets if s.split("=")[0].strip() != "pin_threads"]
                         cell.append(dict(measure(env_id, workers, per_worker, steps, args.repeats,
                                                  unpinned + ["pin_threads=false"]), comparison=True))
                     for row in cell:
                         row["variant"] = variant
                         if atari:  # as many games on as many env threads, with no network
-                            threads = workers * env_threads(env_id, sets)
+                            cfg = dataclasses.replace(config_module.config_for(env_id),
+                                                      **overrides[env_id, variant])
+                            threads = workers * cfg.atari_threads
                             key = (env_id, workers * per_worker, threads)
                             if key not in limits:  # noisy on a shared host: 3 windows, once
                                 limits[key] = statistics.median(
@@ -241,7 +228,8 @@ def main(argv=None) -> int:
                         row["ratio"] = row["steps_per_s"] / row["bare"]
                         rows.append(row)
                         print(f"  {workers:>2} workers x {per_worker:>2} envs"
-                              f"{'' if row['pinned'] else ', unpinned'}{' ' + variant if variant else ''}: "
+                              f"{'' if row['pinned'] else ', unpinned'}"
+                              f"{' ' + variant if variant else ''}: "
                               f"{row['steps_per_s']:>7,.0f} steps/s ({row['ratio']:.2f} x bare "
                               f"{row['bare']:,.0f}), CPU {row['cpu']:.0%}, "
                               f"peak RSS {row['rss_mb']:,.0f} MB", flush=True)
@@ -270,6 +258,7 @@ def git_commit() -> str:
 
 def table(rows, bare, args) -> str:
     import a3c
+    from a3c import FRAME_SKIP
 
     lines = ["# Throughput benchmark", "",
              f"`python bench/throughput.py{' '.join([''] + sys.argv[1:])}` on "
@@ -315,7 +304,8 @@ def table(rows, bare, args) -> str:
                          f"{'pinned' if r['pinned'] else 'unpinned'} | "
                          f"{FRAME_SKIP * r['steps_per_s']:,.0f}{'' if r['steady'] else '*'} | "
                          f"{FRAME_SKIP * r['spread'][0]:,.0f}..{FRAME_SKIP * r['spread'][1]:,.0f} | "
-                         f"{r['steps_per_s']:,.0f} | {FRAME_SKIP * r['bare']:,.0f} ({r['bare_threads']}) | "
+                         f"{r['steps_per_s']:,.0f} | "
+                         f"{FRAME_SKIP * r['bare']:,.0f} ({r['bare_threads']}) | "
                          f"{r['ratio']:.2f} | {r['cpu']:.0%} | {r['rss_mb']:,.0f} |")
     return "\n".join(lines)
 
@@ -324,6 +314,8 @@ def plot(rows, bare, path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from a3c import FRAME_SKIP  # already imported by table()
 
     atari = list(dict.fromkeys(r["env"] for r in rows if r["env"].startswith("ALE/")))
     panels = list(bare) + atari
@@ -335,7 +327,8 @@ def plot(rows, bare, path) -> None:
         unpinned = [r for r in env_rows if not r["pinned"]]  # the comparison and 1-2 workers
         series = sorted({(r["envs_per_worker"], r["variant"]) for r in env_rows})
         for colour, (per_worker, variant) in enumerate(series):
-            name = f"{per_worker} env{'s' if per_worker > 1 else ''} per worker{', ' + variant if variant else ''}"
+            name = (f"{per_worker} env{'s' if per_worker > 1 else ''} per worker"
+                    f"{', ' + variant if variant else ''}")
             line = [r for r in default if (r["envs_per_worker"], r["variant"]) == (per_worker, variant)]
             ax.plot([r["workers"] for r in line], [scale * r["steps_per_s"] for r in line],
                     marker="o", color=f"C{colour}", label=name)

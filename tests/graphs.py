@@ -1,7 +1,7 @@
 """Build the trainer's graph for a test and start a session on it."""
-import a3c  # first: it imports TensorFlow with the settings the trainer runs with
+import tensorflow as tf
 
-tf = a3c.tf
+import a3c
 
 
 def build_session(spec, cfg):
