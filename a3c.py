@@ -176,12 +176,19 @@ class GymEnvs:
 FRAME_SKIP = 4  # emulator frames per Atari agent step (the standard preprocessing's skip)
 
 
+def frame_size(cfg: Config) -> int:
+    """The side of the square grayscale frames an Atari env gives: 42 for the small CNN (as
+    universe-starter-agent and pytorch-a3c), else the standard 84."""
+    return 42 if cfg.cnn == "small" else 84
+
+
 class AtariEnvs:
     """A worker's Atari games as one ale-py AtariVectorEnv: its C++ threads (atari_threads of
     them) step the games and do the standard preprocessing there: 4 frames skipped per
-    action with the last two max-pooled, 84x84 grayscale, the last 4 stacked, up to 30 no-op
-    starts, FIRE at reset where the game needs it, the minimal action set. An episode is a whole
-    game (all lives); rewards are the raw score (clipping is for learning, in the worker)."""
+    action with the last two max-pooled, 84x84 grayscale (42x42 for the small CNN), the last 4
+    stacked, up to 30 no-op starts, FIRE at reset where the game needs it, the minimal action
+    set. An episode is a whole game (all lives); rewards are the raw score (clipping is for
+    learning, in the worker)."""
 
     def __init__(self, env_id: str, cfg: Config, count: int):
         game, _ = atari_game(env_id)
@@ -190,7 +197,8 @@ class AtariEnvs:
         frames = 108_000 if cfg.max_episode_steps is None else cfg.max_episode_steps * FRAME_SKIP
         self.vector = AtariVectorEnv(
             game, count, num_threads=cfg.atari_threads, frameskip=FRAME_SKIP, maxpool=True, stack_num=4,
-            img_height=84, img_width=84, grayscale=True, noop_max=30, episodic_life=False,
+            img_height=frame_size(cfg), img_width=frame_size(cfg), grayscale=True, noop_max=30,
+            episodic_life=False,
             reward_clipping=False, repeat_action_probability=cfg.repeat_action_probability,
             full_action_space=False, max_num_frames_per_episode=frames,
             autoreset_mode="SameStep")
@@ -221,7 +229,7 @@ class AtariEnvs:
         return self.restarted[k]
 
     def render(self):
-        """The newest preprocessed 84x84 frame of env 0 (ALE's vector env keeps no screen)."""
+        """The newest preprocessed frame of env 0 (ALE's vector env keeps no screen)."""
         return self.restarted[0, -1].copy()
 
     def close(self) -> None:
@@ -406,34 +414,38 @@ def build_critic(features, cfg: Config, hidden: tuple = None):
         return tf.squeeze(dense(features, 1, "v", gain=1.0), axis=1)
 
 
-CNN_LAYERS = {  # (filters, kernel, stride) of each convolution, then the dense layer's size
-    "a3c": ([(16, 8, 4), (32, 4, 2)], 256),                 # the A3C paper (Mnih et al. 2016)
-    "nature": ([(32, 8, 4), (64, 4, 2), (64, 3, 1)], 512),  # the DQN Nature paper (2015)
+CNN_LAYERS = {  # (filters, kernel, stride) of each convolution, its padding, the dense layer's size
+    "a3c": ([(16, 8, 4), (32, 4, 2)], "VALID", 256),                 # the A3C paper (Mnih et al. 2016)
+    "nature": ([(32, 8, 4), (64, 4, 2), (64, 3, 1)], "VALID", 512),  # the DQN Nature paper (2015)
+    # on 42x42 frames (42 -> 21 -> 11 -> 6 -> 3): the trunk universe-starter-agent and pytorch-a3c
+    # put before their LSTM, with padding that keeps a 3x3x32 map for the dense layer
+    "small": ([(32, 3, 2)] * 4, "SAME", 256),
 }
+
 
 
 TRUNK_ACTIVATION_OPS = {"relu": tf.nn.relu, "elu": tf.nn.elu}  # config.TRUNK_ACTIVATIONS' ops
 
 
-def conv(x, filters, kernel, stride, name, activation):
-    """A convolution from get_variable + conv2d, VALID padding (as both papers)."""
+def conv(x, filters, kernel, stride, padding, name, activation):
+    """A convolution from get_variable + conv2d."""
     w = v1.get_variable(f"{name}/w", [kernel, kernel, x.shape[-1], filters],
                         initializer=v1.orthogonal_initializer(np.sqrt(2)))
     b = v1.get_variable(f"{name}/b", [filters], initializer=v1.zeros_initializer())
-    return activation(tf.nn.bias_add(tf.nn.conv2d(x, w, [1, stride, stride, 1], "VALID"), b))
+    return activation(tf.nn.bias_add(tf.nn.conv2d(x, w, [1, stride, stride, 1], padding), b))
 
 
 def cnn_trunk(obs, cfg: Config):
-    """uint8 frames [B, stack, 84, 84] -> features [B, hidden]. The bytes are cast and scaled to
+    """uint8 frames [B, stack, side, side] -> features [B, hidden]. The bytes are cast and scaled to
     [0, 1] here, in the graph: a worker's buffers stay uint8, a quarter of float32's size."""
     # channels last (TensorFlow's CPU conv2d has no NCHW kernel), moved while still bytes: in
     # per-op traces (RunOptions FULL_TRACE) of one Pong worker's update, on a busy CPU, the
     # float transpose took 10.5 ms of 59 ms, the byte one 3.8 ms
     x = tf.cast(tf.transpose(obs, [0, 2, 3, 1]), tf.float32) * (1.0 / 255.0)
-    layers, hidden = CNN_LAYERS[cfg.cnn]
+    layers, padding, hidden = CNN_LAYERS[cfg.cnn]
     activation = TRUNK_ACTIVATION_OPS[cfg.trunk_activation]
     for i, (filters, kernel, stride) in enumerate(layers):
-        x = conv(x, filters, kernel, stride, f"conv{i}", activation)
+        x = conv(x, filters, kernel, stride, padding, f"conv{i}", activation)
     x = tf.reshape(x, [-1, int(np.prod(x.shape[1:]))])
     return dense(x, hidden, "fc", activation)
 

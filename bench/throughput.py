@@ -59,16 +59,16 @@ def bare_loop(env_id: str, steps: int) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def bare_atari(env_id: str, games: int, threads: int, seconds: float = 4.0) -> float:
+def bare_atari(env_id: str, cfg, games: int, threads: int, seconds: float = 4.0) -> float:
     """Agent steps/s of the trainer's own ale-py vector env of `games` games on `threads` C++
-    threads (what a cell's workers run in all) stepped with a fixed action and no network: the
-    limit the trainer's cell is measured against."""
+    threads (what a cell's workers run in all), made as the cell's cfg makes it (its frame size,
+    sticky actions), stepped with a fixed action and no network: the limit the trainer's cell is
+    measured against."""
     import numpy as np
 
     import a3c
 
-    cfg = dataclasses.replace(config_module.config_for(env_id), atari_threads=threads)
-    envs = a3c.make_envs(env_id, cfg, games)
+    envs = a3c.make_envs(env_id, dataclasses.replace(cfg, atari_threads=threads), games)
     try:
         envs.reset(np.arange(games))
         actions = np.zeros(games, np.int32)
@@ -217,10 +217,11 @@ def main(argv=None) -> int:
                             cfg = dataclasses.replace(config_module.config_for(env_id),
                                                       **overrides[env_id, variant])
                             threads = workers * cfg.atari_threads
-                            key = (env_id, workers * per_worker, threads)
+                            key = (env_id, workers * per_worker, threads, cfg.cnn,
+                                   cfg.repeat_action_probability)  # what shapes the frames' cost
                             if key not in limits:  # noisy on a shared host: 3 windows, once
                                 limits[key] = statistics.median(
-                                    bare_atari(env_id, workers * per_worker, threads)
+                                    bare_atari(env_id, cfg, workers * per_worker, threads)
                                     for _ in range(max(3, args.repeats)))
                             row["bare"], row["bare_threads"] = limits[key], threads
                         else:
@@ -332,11 +333,14 @@ def plot(rows, bare, path) -> None:
             line = [r for r in default if (r["envs_per_worker"], r["variant"]) == (per_worker, variant)]
             ax.plot([r["workers"] for r in line], [scale * r["steps_per_s"] for r in line],
                     marker="o", color=f"C{colour}", label=name)
-            if env_id in atari and not variant:  # the same games and threads for every variant
+            plain_limits = {(r["envs_per_worker"], r["workers"]): r["bare"]
+                            for r in default if not r["variant"]}
+            # a variant's own limit only where its frames differ (another frame size, say)
+            if env_id in atari and (not variant or any(
+                    plain_limits.get((per_worker, r["workers"])) != r["bare"] for r in line)):
                 ax.plot([r["workers"] for r in line], [scale * r["bare"] for r in line],
-                        color="black", linestyle=":", alpha=0.6,
-                        label=f"{per_worker} env{'s' if per_worker > 1 else ''} per worker: "
-                              f"limit (bare vector env)")
+                        color="black" if not variant else f"C{colour}", linestyle=":", alpha=0.6,
+                        label=f"{name}: limit (bare vector env)")
             line = [r for r in unpinned if (r["envs_per_worker"], r["variant"]) == (per_worker, variant)]
             if any(r.get("comparison") for r in line):
                 ax.plot([r["workers"] for r in line], [scale * r["steps_per_s"] for r in line],

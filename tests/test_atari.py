@@ -119,6 +119,34 @@ def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads(use_ls
     sess.close()
 
 
+def test_the_small_cnn_reads_42x42_frames_and_one_push_trains_all_of_it():
+    cfg = atari_config(workers=1, envs_per_worker=2, n_steps=2, shared_lr=1e-3, cnn="small")
+    envs = a3c.make_envs(PONG, cfg, 2)
+    spec = a3c.env_spec(envs, PONG)
+    obs = envs.reset([1, 2])
+    envs.close()
+    assert spec.obs_shape == (4, 42, 42) and obs.shape == (2, 4, 42, 42) and obs.dtype == np.uint8
+    assert obs.max() > 0, "a real frame, not an empty buffer"
+    sess, global_net, (worker,) = build_session(spec, cfg)
+    shapes = {v.op.name: v.shape.as_list() for v in global_net.params}
+    assert shapes["global/trunk/conv0/w"] == [3, 3, 4, 32]
+    assert [shapes[f"global/trunk/conv{i}/w"] for i in (1, 2, 3)] == [[3, 3, 32, 32]] * 3
+    assert shapes["global/trunk/fc/w"] == [3 * 3 * 32, 256], "42 -> 21 -> 11 -> 6 -> 3"
+    rng = np.random.default_rng(5)
+    feed = {worker.obs: rng.integers(0, 256, (4, 4, 42, 42), dtype=np.uint8),
+            worker.actions: np.array([1, 4, 0, 2], np.int32),
+            worker.next_obs: rng.integers(0, 256, (4, 4, 42, 42), dtype=np.uint8),
+            worker.rewards: np.array([[1.0, 0.0], [-1.0, 1.0]], np.float32),
+            worker.terminated: np.zeros((2, 2), np.float32),
+            worker.ended: np.zeros((2, 2), np.float32)}
+    sess.run(worker.pull)
+    before = sess.run(global_net.params)
+    sess.run(worker.push_and_pull, feed)
+    for v, b, a in zip(global_net.params, before, sess.run(global_net.params)):
+        assert not np.array_equal(b, a), f"{v.op.name} was not trained"
+    sess.close()
+
+
 def test_the_shared_loss_weights_the_value_loss_by_its_coefficient():
     cfg = atari_config(workers=1, envs_per_worker=1, n_steps=2, value_loss_coef=0.25)
     spec = pong_spec(cfg)
@@ -249,7 +277,7 @@ def test_cli_refuses_atari_ids_it_cannot_run(env_id, words, capsys, tmp_path):
 
 def test_cli_refuses_a_bad_cnn_name(capsys, tmp_path):
     refused(["--env", PONG, "--set", "cnn=resnet", "--results-dir", str(tmp_path / "out")],
-            capsys, "cnn must be a3c or nature")
+            capsys, "cnn must be a3c, nature or small")
     assert not (tmp_path / "out").exists()
 
 
