@@ -195,10 +195,10 @@ class AtariEnvs:
         self.game = game
         from ale_py.vector_env import AtariVectorEnv
         frames = 108_000 if cfg.max_episode_steps is None else cfg.max_episode_steps * FRAME_SKIP
+        side = frame_size(cfg)
         self.vector = AtariVectorEnv(
             game, count, num_threads=cfg.atari_threads, frameskip=FRAME_SKIP, maxpool=True, stack_num=4,
-            img_height=frame_size(cfg), img_width=frame_size(cfg), grayscale=True, noop_max=30,
-            episodic_life=False,
+            img_height=side, img_width=side, grayscale=True, noop_max=30, episodic_life=False,
             reward_clipping=False, repeat_action_probability=cfg.repeat_action_probability,
             full_action_space=False, max_num_frames_per_episode=frames,
             autoreset_mode="SameStep")
@@ -421,7 +421,6 @@ CNN_LAYERS = {  # (filters, kernel, stride) of each convolution, its padding, th
     # put before their LSTM, with padding that keeps a 3x3x32 map for the dense layer
     "small": ([(32, 3, 2)] * 4, "SAME", 256),
 }
-
 
 
 TRUNK_ACTIVATION_OPS = {"relu": tf.nn.relu, "elu": tf.nn.elu}  # config.TRUNK_ACTIVATIONS' ops

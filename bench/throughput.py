@@ -327,14 +327,14 @@ def plot(rows, bare, path) -> None:
         default = [r for r in env_rows if not r.get("comparison")]
         unpinned = [r for r in env_rows if not r["pinned"]]  # the comparison and 1-2 workers
         series = sorted({(r["envs_per_worker"], r["variant"]) for r in env_rows})
+        plain_limits = {(r["envs_per_worker"], r["workers"]): r["bare"]
+                        for r in default if not r["variant"]}
         for colour, (per_worker, variant) in enumerate(series):
             name = (f"{per_worker} env{'s' if per_worker > 1 else ''} per worker"
                     f"{', ' + variant if variant else ''}")
             line = [r for r in default if (r["envs_per_worker"], r["variant"]) == (per_worker, variant)]
             ax.plot([r["workers"] for r in line], [scale * r["steps_per_s"] for r in line],
                     marker="o", color=f"C{colour}", label=name)
-            plain_limits = {(r["envs_per_worker"], r["workers"]): r["bare"]
-                            for r in default if not r["variant"]}
             # a variant's own limit only where its frames differ (another frame size, say)
             if env_id in atari and (not variant or any(
                     plain_limits.get((per_worker, r["workers"])) != r["bare"] for r in line)):
