@@ -1281,7 +1281,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
                 if layout is not None:
                     os.sched_setaffinity(0, layout.workers)  # Python, like the workers
                 try:
-                    checkpoints.best.run_trials(sess, coord, log, cfg.best_checkpoint_every_s)
+                    schedule = TrialSchedule(cfg.best_checkpoint_every_s, len(workers))
+                    checkpoints.best.run_trials(sess, coord, log, schedule)
                 except Exception as exc:
                     raise WorkerError(f"the best-agent trials raised {type(exc).__name__}: "
                                       f"{exc}") from exc
@@ -1440,8 +1441,8 @@ class BestCheckpoint:
     inside the graph in one session call, whose deterministic policy then plays trial_episodes
     episodes on environments of its own, from the same start states for every candidate (others
     than --eval's). A candidate that plays better than every earlier one becomes the best and is
-    written at once. Trials run in a thread beside the workers (run_trials), at most one every
-    min_interval_s; the final net gets one more at the end (try_final). With no trial episodes
+    written at once. Trials run in a thread beside the workers (run_trials), when a
+    TrialSchedule allows; the final net gets one more at the end (try_final). With no trial episodes
     a candidate's score is its mean-100."""
 
     def __init__(self, checkpoints_folder: str, global_net: "ACNet", spec: EnvSpec, cfg: Config,
@@ -1498,17 +1499,18 @@ class BestCheckpoint:
         score = self.play(lambda: time.time() > deadline)
         self.best_score = info["mean_100"] if score is None else score
 
-    def run_trials(self, sess, coord, log: "EpisodeLog", min_interval_s: float) -> None:
+    def run_trials(self, sess, coord, log: "EpisodeLog", schedule: "TrialSchedule") -> None:
         """The trial thread: copy the global net the moment the best mean-100 rises, and try the
-        newest copy at most once every min_interval_s, spending at most a tenth of the time in
-        trials (they compete with the workers for the one core Python runs on)."""
-        next_trial = 0.0
+        newest copy when the schedule allows."""
         while not coord.wait_for_stop(0.05):
             self.take_if_risen(sess, log)
             started = time.time()
-            if started >= next_trial and self.pending is not None:
-                self.try_pending(sess, coord.should_stop)
-                next_trial = started + max(min_interval_s, 10 * (time.time() - started))
+            if self.pending is None or not schedule.allows(started):
+                continue
+            own_cpu, process_cpu = time.thread_time(), time.process_time()
+            self.try_pending(sess, coord.should_stop)
+            schedule.paid(started, own_cpu_s=time.thread_time() - own_cpu,
+                          process_cpu_s=time.process_time() - process_cpu)
 
     def take_if_risen(self, sess, log: "EpisodeLog", final: bool = False) -> bool:
         """If the best mean-100 has risen since the last copy (or, final, the run has a full
@@ -1620,6 +1622,40 @@ class BestCheckpoint:
             return f"no best checkpoint: fewer than {RUNNING_WINDOW} episodes, so no full mean-100"
         return ("no best checkpoint: none could be written (see the warnings above), or the "
                 "run's best predates best checkpoints and was not beaten")
+
+
+class TrialSchedule:
+    """When the best agent's next trial may start: at most one per min_interval_s, and only
+    while the trials so far have cost at most cpu_share of the CPU time the process has used
+    since the schedule began.
+
+    A trial's cost is its thread's CPU time, or its fair share of the whole process's CPU time
+    while it played (over the workers + 1 threads that compete) if that is more: an Atari
+    trial's games step in the emulator's threads, and a pinned session runs its ops in a pool
+    of its own. Not its wall time, which mid-run is mostly a wait for the GIL while the workers
+    train on (a Pendulum trial of 50 episodes: 1-2 s of wall time, ~0.25 s of CPU). Summed over
+    the run, so that one slow trial (the first, as the workers start) is paid back rather than
+    holding the next ones off for ten times its wall time (the rule before, which left Pendulum
+    runs of ~8 s with 2-3 trials); but the credit a long plateau saves up is capped at two
+    trials' cost, so that a burst of rises after one does not run trials back to back."""
+
+    def __init__(self, min_interval_s: float, workers: int, cpu_share: float = 0.1,
+                 cpu_clock=time.process_time):
+        self.min_interval_s, self.workers, self.cpu_share = min_interval_s, workers, cpu_share
+        self.cpu_clock = cpu_clock
+        self.cpu_at_start, self.cost, self.next_trial = cpu_clock(), 0.0, -math.inf
+        self.dearest = 0.0  # the most one trial has cost
+
+    def allows(self, now: float) -> bool:
+        budget = self.cpu_share * (self.cpu_clock() - self.cpu_at_start)
+        self.cost = max(self.cost, budget - 2 * self.dearest)
+        return now >= self.next_trial and self.cost <= budget
+
+    def paid(self, started: float, own_cpu_s: float, process_cpu_s: float) -> None:
+        cost = max(own_cpu_s, process_cpu_s / (self.workers + 1))
+        self.cost += cost
+        self.dearest = max(self.dearest, cost)
+        self.next_trial = started + self.min_interval_s
 
 
 EVAL_SEED = 10_000   # --eval's episode k starts from this seed + k

@@ -201,7 +201,7 @@ class Config:
     written at the end of the run)."""
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep in the run folder's checkpoints/."""
-    best_trial_episodes: int = 20
+    best_trial_episodes: int = 50
     """checkpoints/best/ keeps the best agent of the run, as Stable-Baselines3's EvalCallback keeps
     best_model, and --eval plays it unless told otherwise (--resume continues from the latest).
     Each new best mean-100 makes the global net of that moment a candidate, and its deterministic
@@ -210,16 +210,26 @@ class Config:
     highest mean trial return, and the final net is tried too. The mean-100 alone is a poor
     judge: it lags (100 episodes of nets that kept changing, so the net taken at its peak has
     often begun to fall) and it scores the stochastic policy (tuning seed 11 of Pendulum: the
-    net at a best mean-100 of -183 played -326). 20, not 10: the best of many candidates in a
-    short trial is often a lucky one (one Pendulum variant with 10: 3 of 9 best agents played 20
-    other start states below -200; with 20, the Pendulum preset of gamma 0.97 had 1 of 9 in
-    each of three sittings, today's with 50 1 of 9 reported and 0 of 18 tuning seeds: see the README). 0: no
-    trials, the best is the net at the best mean-100."""
+    net at a best mean-100 of -183 played -326). 50, not 10 or 20: the best of many candidates
+    in a short trial is often a lucky one (one Pendulum variant with 10: 3 of 9 best agents
+    played 20 other start states below -200; with 20, the Pendulum preset of gamma 0.97 had 1
+    of 9 in each of three sittings). Since trials are paid for in CPU time (see
+    best_checkpoint_every_s) a run tries more candidates, and the luckiest of more is luckier:
+    with 20, one sitting of Acrobot seeds 1-9 kept a best agent that played -104.8; tuning
+    seeds 41-58 side by side, 20 and 50 both 18 of 18 at or above -100, the worst -97.8 and
+    -88.8. 0: no trials, the best is the net at the best mean-100."""
     best_checkpoint_every_s: float = 1.0
     """At most one trial (or, without trials, one promotion) for checkpoints/best/ per this many
-    seconds, and trials take at most a tenth of the run's time (a Pendulum trial of 20 episodes
-    takes ~0.1 s of the one core Python runs on, an Atari one far longer). The candidate is
-    copied at each rise all the same; the newest copy is the one tried when its turn comes."""
+    seconds, and the trials cost at most a tenth of the CPU time the run has used (a trial's
+    cost: its thread's CPU time, or its share of the machine while it played if that is more;
+    TrialSchedule in a3c.py). A Pendulum trial of 50 episodes costs ~0.25 s, an Atari one far
+    more. The rule before made a trial wait ten times the wall time of the one before, which
+    mid-run is mostly a wait for the GIL: Pendulum runs of ~8 s tried 2-3 candidates, the first
+    at a mean-100 of -1,200, and 2 of 9 tuning seeds (61-69) kept a best that had played
+    below -200 in its own trials (-248 and -209; over --eval's start states -200.4 and -190.1);
+    paid for in CPU time they try 5-7, and 18 of 18 (61-79) kept one that played -126 to -143
+    over --eval's (a version that charged wall time over the threads, not process CPU). The
+    candidate is copied at each rise all the same; the newest copy is tried when its turn comes."""
 
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
@@ -343,10 +353,6 @@ PRESETS: dict[str, dict] = {
         n_steps=3,            # 5 of 9). 16 envs x 2 steps runs 1.4x faster but reached it on
                               # only 10 of 12 tuning seeds and 1 of the 3 reported ones
         max_episodes=1000,
-        best_trial_episodes=50,  # with 20, 1 of 36 best agents (tuning and reported seeds, this
-                              # preset) played below -200 over 20 other start states, -276; with
-                              # 50, 0 of 18 tuning seeds and 1 of 9 reported (-251.5). Trials of 50
-                              # take 2.5x the time of 20 (see best_checkpoint_every_s)
     ),
     "CartPole-v1": dict(
         hidden_activation="tanh",  # tuning seeds 41-59 (results/tuning_41-59.md): with ReLUs 475

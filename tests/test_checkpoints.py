@@ -37,11 +37,11 @@ def test_the_summary_names_the_best_checkpoint_written_at_the_end(trained_run_an
     with open(os.path.join(summary["best_checkpoint"], a3c.BEST_INFO)) as f:
         info = json.load(f)
     assert console.splitlines()[-2] == (
-        f"best agent: deterministic return {info['score']:.1f} over 20 trial episodes, the net "
+        f"best agent: deterministic return {info['score']:.1f} over 50 trial episodes, the net "
         f"of episode {info['episode']:,} (mean-100 {info['mean_100']:.1f}); its checkpoint "
         f"(what --eval plays) is in {summary['best_checkpoint']}")
     rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
-    assert info["episode"] >= 100 and info["trial_episodes"] == 20
+    assert info["episode"] >= 100 and info["trial_episodes"] == 50
     assert info["mean_100"] == pytest.approx(rows["running_return"][info["episode"] - 1], abs=1e-4)
     assert 8.0 <= info["score"] <= 500.0, "CartPole returns lie in [8, 500]"
     assert a3c.latest_checkpoint(summary["best_checkpoint"]).endswith(info["checkpoint"])
@@ -724,6 +724,79 @@ def test_the_final_net_is_tried_even_below_the_best_mean_100(tmp_path):
     close()
 
 
+def test_trials_are_paid_for_in_cpu_time_summed_over_the_run_not_in_wall_time():
+    """Mid-run, a trial waits for the GIL most of its wall time while the workers train on: a
+    slow one (0.25 s of its own CPU while the process used 2 s, 8 workers) costs 0.25 s, and
+    the next trial may start once the process has used ten times that since the schedule
+    began, not after ten times its wall time (longer than a whole Pendulum run)."""
+    cpu = [0.0]
+    schedule = a3c.TrialSchedule(min_interval_s=1.0, workers=8, cpu_share=0.1,
+                                 cpu_clock=lambda: cpu[0])
+    assert schedule.allows(now=100.0), "the first trial needs no budget"
+    schedule.paid(started=100.0, own_cpu_s=0.25, process_cpu_s=2.0)
+    cpu[0] = 3.0
+    assert not schedule.allows(now=100.5), "at most one trial per min_interval_s"
+    assert schedule.allows(now=102.5)
+    cpu[0] = 2.0
+    assert not schedule.allows(now=102.5), "0.25 s is over a tenth of 2 s of CPU"
+    cpu[0] = 3.0
+    # its games stepped in other threads: a ninth of the process's 18 s, 2 s, not its own 0.1 s
+    schedule.paid(started=102.5, own_cpu_s=0.1, process_cpu_s=18.0)
+    cpu[0] = 22.0
+    assert not schedule.allows(now=200.0), "2.25 s of trials is over a tenth of 22 s"
+    cpu[0] = 23.0
+    assert schedule.allows(now=200.0)
+
+
+def test_the_credit_a_plateau_saves_up_buys_two_dear_trials_not_a_long_burst():
+    cpu = [0.0]
+    schedule = a3c.TrialSchedule(min_interval_s=0.0, workers=8, cpu_share=0.1,
+                                 cpu_clock=lambda: cpu[0])
+    assert schedule.allows(now=0.0)
+    schedule.paid(started=0.0, own_cpu_s=2.0, process_cpu_s=2.0)  # the dearest trial: 2 s
+    cpu[0] = 1000.0  # a long plateau: 100 s of budget, 98 of it unspent
+    back_to_back = 0
+    while schedule.allows(now=1.0) and back_to_back < 100:
+        schedule.paid(started=1.0, own_cpu_s=1.0, process_cpu_s=1.0)
+        back_to_back += 1
+    assert back_to_back == 5, "a credit of 2 x 2 s: trials at 96, 97, 98, 99 and 100 s spent"
+
+
+def test_the_trial_thread_pays_its_own_cpu_time_and_the_process_share_it_played_in(tmp_path):
+    """run_trials hands the schedule the trial's thread CPU time and the process's CPU time
+    over the trial, the latter larger while another thread computes beside it."""
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(
+        tmp_path, best_trial_episodes=3000)
+    coord = a3c.v1.train.Coordinator()
+    paid = []
+
+    class Recording(a3c.TrialSchedule):
+        def paid(self, started, own_cpu_s, process_cpu_s):
+            paid.append((started, own_cpu_s, process_cpu_s))
+            coord.request_stop()
+
+    burning = threading.Event()
+
+    def burn():  # BLAS releases the GIL: CPU time of the process, not of the trial's thread
+        matrix = np.random.default_rng(0).random((300, 300))
+        while not coord.should_stop():
+            matrix = np.tanh(matrix @ matrix)
+            burning.set()
+    burner = threading.Thread(target=burn, daemon=True)
+    burner.start()
+    assert burning.wait(10)
+    prefer(1)
+    play([1.0] * 100)
+    before = time.time()
+    best.run_trials(sess, coord, log, Recording(min_interval_s=0.0, workers=1))
+    burner.join(10)
+    (started, own_cpu_s, process_cpu_s), = paid
+    assert before <= started <= time.time()
+    assert 0.0 < own_cpu_s < process_cpu_s
+    assert on_disk()[0]["score"] == 1.0, "the trial played and its candidate was kept"
+    close()
+
+
 def test_the_candidate_is_the_net_at_the_rise_even_when_its_trial_waits(tmp_path):
     best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
     prefer(1)
@@ -830,7 +903,7 @@ def test_eval_plays_the_best_checkpoint_unless_told_otherwise(trained_run, capsy
         info = json.load(f)
     assert a3c.main(["--eval", trained_run, "--episodes", "1"]) == 0
     out = capsys.readouterr().out
-    assert f"the best checkpoint (deterministic return {info['score']:.1f} over 20 trial" in out
+    assert f"the best checkpoint (deterministic return {info['score']:.1f} over 50 trial" in out
     assert a3c.latest_checkpoint(best_folder) in out
     assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", "latest"]) == 0
     out = capsys.readouterr().out
