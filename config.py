@@ -220,14 +220,14 @@ class Config:
     -88.8. 0: no trials, the best is the net at the best mean-100."""
     best_checkpoint_every_s: float = 1.0
     """At most one trial (or, without trials, one promotion) for checkpoints/best/ per this many
-    seconds, and the trials cost at most a tenth of the CPU time the run has used (a trial's
+    seconds, and the trials cost about a tenth of the CPU time the run has used (a trial's
     cost: its thread's CPU time, or its share of the machine while it played if that is more;
     TrialSchedule in a3c.py). A Pendulum trial of 50 episodes costs ~0.25 s, an Atari one far
     more. The rule before made a trial wait ten times the wall time of the one before, which
     mid-run is mostly a wait for the GIL: Pendulum runs of ~8 s tried 2-3 candidates, the first
     at a mean-100 of -1,200, and 2 of 9 tuning seeds (61-69) kept a best that had played
     below -200 in its own trials (-248 and -209; over --eval's start states -200.4 and -190.1);
-    paid for in CPU time they try 5-7, and 18 of 18 (61-79) kept one that played -126 to -143
+    paid for in CPU time they try 5-7, and 18 of 18 (61-69, 71-79) kept one that played -126 to -143
     over --eval's (a version that charged wall time over the threads, not process CPU). The
     candidate is copied at each rise all the same; the newest copy is tried when its turn comes."""
 

@@ -797,6 +797,36 @@ def test_the_trial_thread_pays_its_own_cpu_time_and_the_process_share_it_played_
     close()
 
 
+def test_a_candidate_waits_while_the_schedule_says_no_and_is_tried_once_it_says_yes(tmp_path):
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    coord = a3c.v1.train.Coordinator()
+    open_now, tried = threading.Event(), []
+
+    class Gate(a3c.TrialSchedule):
+        def allows(self, now):
+            return open_now.is_set()
+
+        def paid(self, started, own_cpu_s, process_cpu_s):
+            tried.append(started)
+
+    prefer(1)
+    play([1.0] * 100)
+    thread = threading.Thread(target=best.run_trials,
+                              args=(sess, coord, log, Gate(min_interval_s=0.0, workers=1)))
+    thread.start()
+    time.sleep(0.5)  # ten turns of the trial loop
+    assert best.pending is not None and not tried and not os.path.exists(best.folder)
+    open_now.set()
+    deadline = time.time() + 10
+    while not tried and time.time() < deadline:
+        time.sleep(0.02)
+    coord.request_stop()
+    thread.join(10)
+    assert len(tried) == 1 and best.pending is None, "tried once; no new rise, no new candidate"
+    assert on_disk()[0]["score"] == 1.0
+    close()
+
+
 def test_the_candidate_is_the_net_at_the_rise_even_when_its_trial_waits(tmp_path):
     best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
     prefer(1)
