@@ -188,9 +188,15 @@ class AtariEnvs:
     action with the last two max-pooled, 84x84 grayscale (42x42 for the small CNN), the last 4
     stacked, up to 30 no-op starts, FIRE at reset where the game needs it, the minimal action
     set. An episode is a whole game (all lives); rewards are the raw score (clipping is for
-    learning, in the worker)."""
+    learning, in the worker).
 
-    def __init__(self, env_id: str, cfg: Config, count: int):
+    greedy: the envs of a deterministic policy (the best agent's trials, --eval), which press
+    FIRE for it after a life is lost in a game that needs FIRE to go on (Breakout): an argmax
+    that never picks FIRE would otherwise stand still until the game's 108,000-frame limit,
+    and a trial would cost minutes for a score the agent never earned. Training's sampled
+    actions press FIRE by themselves."""
+
+    def __init__(self, env_id: str, cfg: Config, count: int, greedy: bool = False):
         game, _ = atari_game(env_id)
         self.game = game
         from ale_py.vector_env import AtariVectorEnv
@@ -206,21 +212,29 @@ class AtariEnvs:
         self.action_space = self.vector.single_action_space
         self.count = count
         self.restarted = None
+        self.fire_after_life_loss = greedy and atari_needs_fire(env_id)
+        self.lives = self.life_lost = None
 
     def __len__(self) -> int:
         return self.count
 
     def reset(self, seeds) -> np.ndarray:
         # ALE takes C++ ints: seeds past 2**31 - 1 (a resumed part's, a large --seed) wrap round
-        obs, _ = self.vector.reset(seed=np.asarray(seeds, np.int64) % 2 ** 31)
+        obs, info = self.vector.reset(seed=np.asarray(seeds, np.int64) % 2 ** 31)
         self.restarted = obs
+        self.lives, self.life_lost = info["lives"], np.zeros(self.count, bool)
         return obs
 
     def step(self, actions):
-        obs, rewards, terminated, truncated, info = self.vector.step(
-            np.asarray(actions, np.int32))
+        actions = np.asarray(actions, np.int32)
+        if self.fire_after_life_loss:
+            actions = np.where(self.life_lost, ATARI_FIRE, actions).astype(np.int32)
+        obs, rewards, terminated, truncated, info = self.vector.step(actions)
         self.restarted = obs  # where an episode ended, the next one has already begun
         ended = terminated | truncated
+        if self.fire_after_life_loss:  # a new game's lives are no loss
+            self.life_lost = (info["lives"] < self.lives) & ~ended
+            self.lives = info["lives"]
         if ended.any():  # the step's own observation is the final one of the ended game
             obs = np.where(ended[:, None, None, None], info["final_obs"], obs)
         return obs, rewards.astype(np.float64), terminated, truncated
@@ -254,9 +268,26 @@ def atari_game(env_id: str) -> tuple[str, dict]:
     return registered.kwargs["game"], registered.kwargs
 
 
-def make_envs(env_id: str, cfg: Config, count: int):
-    """count environments of env_id as one batch (AtariEnvs for ALE ids, else GymEnvs)."""
-    return AtariEnvs(env_id, cfg, count) if is_atari(env_id) else GymEnvs(env_id, cfg, count)
+ATARI_FIRE = 1  # FIRE's index in the minimal action set of every game that has it
+
+
+def atari_needs_fire(env_id: str) -> bool:
+    """Whether the game has FIRE (as the second action of its minimal set, where ALE puts it):
+    its ball or round then starts only when FIRE is pressed, after a reset or a lost life."""
+    env = gym.make(env_id)
+    try:
+        meanings = env.unwrapped.get_action_meanings()
+    finally:
+        env.close()
+    return len(meanings) > ATARI_FIRE and meanings[ATARI_FIRE] == "FIRE"
+
+
+def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False):
+    """count environments of env_id as one batch (AtariEnvs for ALE ids, else GymEnvs);
+    greedy: for a deterministic policy's play (see AtariEnvs)."""
+    if is_atari(env_id):
+        return AtariEnvs(env_id, cfg, count, greedy)
+    return GymEnvs(env_id, cfg, count)
 
 
 def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
@@ -1460,7 +1491,7 @@ class BestCheckpoint:
         stored = {v.op.name: s for v, s in zip(net, snapshot)}
         self.saver = v1.train.Saver(var_list={**stored, ENV_ID_VARIABLE: env_id_variable},
                                     max_to_keep=1, save_relative_paths=True)
-        self.trial_envs = (make_envs(env_id, cfg, cfg.best_trial_episodes)
+        self.trial_envs = (make_envs(env_id, cfg, cfg.best_trial_episodes, greedy=True)
                            if cfg.best_trial_episodes else None)
         self.on_disk = read_best_info(self.folder)  # what best/ holds now (None: nothing)
         try:  # whatever best/ holds, labelled or not, so that the next write replaces it
@@ -1802,7 +1833,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     render_mode = "human" if render else ("rgb_array" if record else None)
     if render_mode == "rgb_array":
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # frames only: no window, no display
-    env = make_envs(env_id, cfg, 1)
+    env = make_envs(env_id, cfg, 1, greedy=True)
     spec = env_spec(env, env_id)
     if render_mode is not None and not is_atari(env_id):
         # an env made with a mode it lacks only warns, then draws nothing

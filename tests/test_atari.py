@@ -364,3 +364,34 @@ def test_throughput_variants_keep_list_values_whole_and_bad_ones_are_refused_bef
         throughput.main(["--envs", PONG, "--set", "seed=3", "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2 and "--set: seed is set by the grid" in capsys.readouterr().err
     assert not (tmp_path / "out").exists(), "refused before anything was timed or written"
+
+
+def test_greedy_play_presses_fire_after_a_lost_life_where_the_game_needs_it():
+    """In Breakout a ball is served only on FIRE: an argmax that never picks it would stand
+    still after its first lost life until the game's frame limit. The envs of greedy play (the
+    trials, --eval) press FIRE for it, so a game of NOOPs ends with every life lost; training's
+    envs leave the actions alone."""
+    cfg = atari_config(max_episode_steps=4000)
+
+    def noop_game(greedy):
+        envs = a3c.make_envs("ALE/Breakout-v5", cfg, 1, greedy=greedy)
+        try:
+            envs.reset([3])
+            for step in range(1, 4001):
+                _, _, terminated, truncated = envs.step([0])
+                if terminated[0] or truncated[0]:
+                    return step, bool(terminated[0])
+        finally:
+            envs.close()
+
+    steps, lost_every_life = noop_game(greedy=True)
+    assert lost_every_life and steps < 2000, steps
+    assert noop_game(greedy=False) == (4000, False), "cut at the limit, the game still going"
+    pong = a3c.make_envs(PONG, cfg, 1, greedy=True)  # Pong has FIRE but no lives to lose
+    try:
+        pong.reset([3])
+        for _ in range(200):
+            pong.step([0])
+            assert not pong.life_lost.any()
+    finally:
+        pong.close()
