@@ -1312,7 +1312,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
                 if layout is not None:
                     os.sched_setaffinity(0, layout.workers)  # Python, like the workers
                 try:
-                    schedule = TrialSchedule(cfg.best_checkpoint_every_s, len(workers))
+                    schedule = TrialSchedule(cfg.best_checkpoint_every_s, len(workers),
+                                             cfg.best_trial_cpu_share)
                     checkpoints.best.run_trials(sess, coord, log, schedule)
                 except Exception as exc:
                     raise WorkerError(f"the best-agent trials raised {type(exc).__name__}: "
@@ -2007,8 +2008,8 @@ def parse_args(argv):
 
 
 RESUMABLE_FIELDS = ("max_episodes", "max_steps", "log_every_s", "checkpoint_every_s",
-                    "best_checkpoint_every_s", "best_trial_episodes", "keep_checkpoints",
-                    "pin_threads", "anneal_lr", "atari_threads")
+                    "best_checkpoint_every_s", "best_trial_episodes", "best_trial_cpu_share",
+                    "keep_checkpoints", "pin_threads", "anneal_lr", "atari_threads")
 FLAG_FIELDS = ("workers", "max_episodes", "max_steps", "seed")  # --max-steps N is --set max_steps=N
 
 

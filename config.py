@@ -112,7 +112,9 @@ class Config:
     cnn: str = "a3c"
     """The trunk of image observations: "a3c" (the A3C paper's 16 8x8/4 -> 32 4x4/2 -> 256),
     "nature" (DQN's 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 -> 512), or "small" (42x42 frames, four
-    32 3x3/2 convolutions -> 256: universe-starter-agent's and pytorch-a3c's trunk). Pong, 8 workers unpinned on 2
+    32 3x3/2 convolutions -> 256: universe-starter-agent's and pytorch-a3c's trunk; one Pong
+    run, seed 5: 6,024 frames/s over its hour, mean-100 -19.4 at 21.1M frames, where "a3c"
+    had reached -18 at 14.3M: results/pong_curve_small.md). Pong, 8 workers unpinned on 2
     cores, in one older sitting (ReLU trunks, before the oneDNN kernels): 646 agent steps/s with
     "a3c" (git show 5ce9fab:results/throughput_atari.md), 404 with "nature"
     (results/throughput_atari_nature.md); which learns more per step is not measured yet."""
@@ -231,6 +233,16 @@ class Config:
     over --eval's (a version that charged wall time over the threads, not process CPU). The
     candidate is copied at each rise all the same; the newest copy is tried when its turn comes."""
 
+    best_trial_cpu_share: float = 0.1
+    """The share of the run's CPU time the best agent's trials may cost, as TrialSchedule in
+    a3c.py estimates it (a trial's own CPU time, or its share of the machine while it played).
+    On classic control, seeds 1-9 side by side with and without trials, 0.1 cost ~5% of the
+    env steps/s (README, Results). On Atari a trial of 4 whole games lasts minutes, so at 0.1
+    one is playing most of the time, at about a ninth of the machine with 8 workers; the Pong
+    run of results/pong_curve_small.md ran at 1,428 agent steps/s in its first minute, before
+    any trial, and at 1,519-1,649 in its later windows of 1,000 s, trials and all: their cost
+    there is below the host's noise."""
+
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
         for field in dataclasses.fields(self):
@@ -278,6 +290,8 @@ class Config:
             raise ValueError(f"value_loss_coef must be >= 0, got {self.value_loss_coef}")
         if self.best_trial_episodes < 0:
             raise ValueError(f"best_trial_episodes must be >= 0, got {self.best_trial_episodes}")
+        if not 0.0 < self.best_trial_cpu_share <= 1.0:
+            raise ValueError(f"best_trial_cpu_share must be in (0, 1], got {self.best_trial_cpu_share}")
         if self.best_checkpoint_every_s < 0:
             raise ValueError(f"best_checkpoint_every_s must be >= 0, got {self.best_checkpoint_every_s}")
         if self.entropy_beta < 0:
