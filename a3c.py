@@ -272,8 +272,9 @@ ATARI_FIRE = 1  # FIRE's index in the minimal action set of every game that has 
 
 
 def atari_needs_fire(env_id: str) -> bool:
-    """Whether the game has FIRE (as the second action of its minimal set, where ALE puts it):
-    its ball or round then starts only when FIRE is pressed, after a reset or a lost life."""
+    """Whether the game has FIRE as the second action of its minimal set (where ALE puts it).
+    That is all it checks: in Breakout the ball is served only on FIRE; in a game where FIRE
+    shoots (SpaceInvaders) greedy play fires one extra shot after each lost life."""
     env = gym.make(env_id)
     try:
         meanings = env.unwrapped.get_action_meanings()

@@ -238,10 +238,9 @@ class Config:
     a3c.py estimates it (a trial's own CPU time, or its share of the machine while it played).
     On classic control, seeds 1-9 side by side with and without trials, 0.1 cost ~5% of the
     env steps/s (README, Results). On Atari a trial of 4 whole games lasts minutes, so at 0.1
-    one is playing most of the time, at about a ninth of the machine with 8 workers; the Pong
-    run of results/pong_curve_small.md ran at 1,428 agent steps/s in its first minute, before
-    any trial, and at 1,519-1,649 in its later windows of 1,000 s, trials and all: their cost
-    there is below the host's noise."""
+    one is playing most of the time, charged about a ninth of the machine with 8 workers. The
+    Pong run of results/pong_curve_small.md averaged 1,506 agent steps/s, trials included; the
+    same run without trials is not measured."""
 
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
