@@ -395,3 +395,25 @@ def test_greedy_play_presses_fire_after_a_lost_life_where_the_game_needs_it():
             assert not pong.life_lost.any()
     finally:
         pong.close()
+
+
+def test_the_best_agent_trials_play_breakout_with_fire_after_a_lost_life(tmp_path):
+    """The trials ask for greedy envs (what the test above checks), training's workers do not."""
+    breakout = "ALE/Breakout-v5"
+    cfg = atari_config(best_trial_episodes=1)
+    probe = a3c.make_envs(breakout, cfg, 1)
+    spec = a3c.env_spec(probe, breakout)
+    probe.close()
+    graph = a3c.tf.Graph()
+    with graph.as_default():
+        global_net, _ = a3c.build_graph(spec, cfg)
+        checkpoints = a3c.Checkpoints(str(tmp_path), cfg, breakout, global_net, spec)
+    try:
+        assert checkpoints.best.trial_envs.fire_after_life_loss
+    finally:
+        checkpoints.best.close()
+    training = a3c.make_envs(breakout, cfg, 1)
+    try:
+        assert not training.fire_after_life_loss
+    finally:
+        training.close()
