@@ -1672,7 +1672,7 @@ class TrialSchedule:
     runs of ~8 s with 2-3 trials); but the credit a long plateau saves up is capped at two
     trials' cost, so that a burst of rises after one does not run trials back to back."""
 
-    def __init__(self, min_interval_s: float, workers: int, cpu_share: float = 0.1,
+    def __init__(self, min_interval_s: float, workers: int, cpu_share: float,
                  cpu_clock=time.process_time):
         self.min_interval_s, self.workers, self.cpu_share = min_interval_s, workers, cpu_share
         self.cpu_clock = cpu_clock

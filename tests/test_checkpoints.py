@@ -788,7 +788,7 @@ def test_the_trial_thread_pays_its_own_cpu_time_and_the_process_share_it_played_
     prefer(1)
     play([1.0] * 100)
     before = time.time()
-    best.run_trials(sess, coord, log, Recording(min_interval_s=0.0, workers=1))
+    best.run_trials(sess, coord, log, Recording(min_interval_s=0.0, workers=1, cpu_share=0.1))
     burner.join(10)
     (started, own_cpu_s, process_cpu_s), = paid
     assert before <= started <= time.time()
@@ -812,7 +812,7 @@ def test_a_candidate_waits_while_the_schedule_says_no_and_is_tried_once_it_says_
     prefer(1)
     play([1.0] * 100)
     thread = threading.Thread(target=best.run_trials,
-                              args=(sess, coord, log, Gate(min_interval_s=0.0, workers=1)))
+                              args=(sess, coord, log, Gate(min_interval_s=0.0, workers=1, cpu_share=0.1)))
     thread.start()
     time.sleep(0.5)  # ten turns of the trial loop
     assert best.pending is not None and not tried and not os.path.exists(best.folder)
