@@ -250,7 +250,7 @@ def git_commit() -> str:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
                                 capture_output=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                                "*.py"], cwd=here, text=True, capture_output=True,
+                                ":(top)*.py"], cwd=here, text=True, capture_output=True,
                                check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
