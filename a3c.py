@@ -1905,7 +1905,7 @@ def save_animation(frames: list, path: str) -> str:
 
     def image(frame):
         frame = np.asarray(frame)
-        if frame.ndim == 2:  # an Atari agent's 84x84 grayscale view, enlarged to be seen
+        if frame.ndim == 2:  # an Atari agent's grayscale view (84 or 42 square), enlarged
             return Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3),
                                                  Image.NEAREST)
         return Image.fromarray(frame)

@@ -61,8 +61,9 @@ class Config:
     entropy_beta: float = 0.01
     """Weight of the entropy bonus in the actor loss (A3C paper: 0.01)."""
     clip_norm: float = 40.0
-    """Actor and critic gradients are each clipped to this global norm before a push
-    (universe-starter-agent and the A3C tutorials: 40)."""
+    """Actor and critic gradients are each clipped to this global norm before a push (with a
+    shared trunk: the one loss's gradients, as one global norm; universe-starter-agent and the
+    A3C tutorials: 40; the Atari preset's is 0.5)."""
 
     # --- optimisers: two RMSProps on the global net, one for the actor, one for the critic --
     actor_lr: float = 1e-3
@@ -105,19 +106,20 @@ class Config:
     shared_lr: float = 7e-4
     """Learning rate of the one RMSProp of a network with a shared trunk (the Atari CNN, or any
     net with use_lstm; OpenAI baselines' A2C on Atari: 7e-4, in the A3C paper's range; the
-    Atari preset's is 3e-4, see ATARI). Separate MLPs use actor_lr and critic_lr instead."""
+    Atari preset's is 1e-3 over pushes of 160 samples, see ATARI). Separate MLPs use actor_lr and critic_lr instead."""
     value_loss_coef: float = 0.5
     """A shared trunk trains on one loss, policy loss + value_loss_coef x value loss - entropy
     (baselines' A2C: 0.5; the A3C paper halved the value gradient the same way)."""
     cnn: str = "a3c"
     """The trunk of image observations: "a3c" (the A3C paper's 16 8x8/4 -> 32 4x4/2 -> 256),
     "nature" (DQN's 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 -> 512), or "small" (42x42 frames, four
-    32 3x3/2 convolutions -> 256: universe-starter-agent's and pytorch-a3c's trunk; one Pong
-    run, seed 5: 6,024 frames/s over its hour, mean-100 -19.4 at 21.1M frames, where "a3c"
-    had reached -18 at 14.3M: results/pong_curve_small.md). Pong, 8 workers unpinned on 2
-    cores, in one older sitting (ReLU trunks, before the oneDNN kernels): 646 agent steps/s with
-    "a3c" (git show 5ce9fab:results/throughput_atari.md), 404 with "nature"
-    (results/throughput_atari_nature.md); which learns more per step is not measured yet."""
+    32 3x3/2 convolutions -> 256: universe-starter-agent's and pytorch-a3c's trunk). The Atari
+    preset uses "small": faster on 2 cores and, with its n_steps, shared_lr and clip_norm, the
+    fastest Pong learner we ran (see ATARI; results/throughput_atari_cnn.md). At the paper's
+    settings (n_steps 5, 3e-4) "a3c" learned more per frame: seed 5 had mean-100 -18 at 14.3M
+    frames, "small" -19.4 at 21.1M (results/pong_curve.md, results/pong_curve_small.md).
+    "nature" ran at 404 agent steps/s against "a3c"'s 646 in an older sitting
+    (results/throughput_atari_nature.md)."""
     trunk_activation: str = "elu"
     """The CNN trunk's nonlinearity: "elu", or "relu", both papers' choice. With ReLUs our Pong run
     (results/pong_curve_relu.md) never started: after 12.5M frames 61% of the fc units were
@@ -145,8 +147,9 @@ class Config:
     the heads sit on it with no hidden layers, so actor_hidden, critic_hidden, actor_lr and
     critic_lr go unused (and no preset's shared_lr is tuned for it). Off in the presets: which
     learns Pong faster per wall second is not measured. Its cost: Pong, 2 cores unpinned, 8 games
-    per worker, 1,015 / 952 agent steps/s at 4 / 8 workers with it, 1,265 / 1,210 without (one
-    sitting, one run per cell: results/throughput_atari.md)."""
+    per worker, the paper net at n_steps 5: 1,015 / 952 agent steps/s at 4 / 8 workers with it,
+    1,265 / 1,210 without (results/throughput_atari.md); the preset at 8 workers: 1,352 with it,
+    1,616 without (3 runs each, results/throughput_atari_cnn.md)."""
     lstm_units: int = 256
     """Cells of the LSTM (A3C paper: 256)."""
     atari_threads: int = 1
@@ -303,22 +306,28 @@ class Config:
                 raise ValueError(f"{name} needs one or more layer sizes >= 1, got {sizes}")
 
 
-# What every Atari game shares (the A3C paper's Atari setup where it gives one; OpenAI baselines'
-# A2C where it does not).
+# What every Atari game shares: the A3C paper's Atari setup, except the trunk and rollout length
+# (universe-starter-agent's and pytorch-a3c's) and the rate and clip (tuned here, on seed 61).
 ATARI = dict(
+    cnn="small",            # 42x42 frames, four 32 3x3/2 convolutions (universe-starter-agent's
+                            # trunk): on tuning seed 61 with the three values below, mean-100 -14.7
+                            # at 10.6M frames (30 min); the paper net at n_steps 5 and 3e-4 had -18
+                            # at 14.3M (results/pong_curve.md). Speed: results/throughput_atari_cnn.md
     envs_per_worker=8,      # one C++ vector env of 8 games per worker: the act call, the env step and
-    n_steps=5,              # the push all go 8-wide (A3C paper: t_max = 5)
+    n_steps=20,             # the push all go 8-wide; 20 steps (universe-starter-agent, pytorch-a3c)
+                            # make pushes of 160 samples, a quarter as many as t_max = 5
     gamma=0.99,             # A3C paper
     entropy_beta=0.01,      # A3C paper
     reward_clip=1.0,        # A3C paper (rewards clipped to [-1, 1] for learning)
-    shared_lr=3e-4,         # the first rate that has started Pong here (seed 5): mean-100 -18 at
-                            # 14.3M frames, -10 at 26.2M, -3.4 at 38.9M (results/pong_curve.md).
-                            # With eps 1e-5 and gradients this small RMSProp acts as SGD at
-                            # lr / sqrt(eps), so per sample 3e-4 over 40-sample pushes is 0.86x
-                            # baselines' 7e-4 over 80 (A2C, 16 envs x 5). 7e-4: V's std over 240
-                            # real frames stayed 0.0002-0.008 (results/pong_trunk_elu_lr7e-4.md);
-                            # 1.5e-4: V saw the frames, the policy stayed uniform through 7.1M
-                            # frames (results/pong_curve_elu_lr1.5e-4.md)
+    shared_lr=1e-3,         # with eps 1e-5 and small gradients RMSProp acts as SGD at lr / sqrt(eps):
+                            # per sample 0.83x what 3e-4 over the paper's 40-sample pushes did, and
+                            # 0.71x baselines' A2C (7e-4 over 80). Tuning seed 61 at n_steps 20:
+                            # 1e-4 with eps 1e-8 left the policy uniform through 7M frames; 1e-3
+                            # without clip_norm 0.5 had gradient norms jump to 14-46 and the
+                            # entropy fall to 1.1 with the score at -20 (5M frames)
+    clip_norm=0.5,          # baselines' A2C; the A3C paper's 40 seldom binds: a Pong push's norm is
+                            # ~0.3 after the first minute but jumps to 10-50 now and then, and at
+                            # 1e-3 those pushes threw the policy about (above)
     rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
     max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
     max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (our Pong's mean-100

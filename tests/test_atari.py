@@ -38,17 +38,30 @@ def test_every_atari_id_gets_the_atari_preset():
     for env_id in (PONG, "ALE/Breakout-v5", "ALE/SpaceInvaders-v5"):
         cfg = config_module.config_for(env_id)
         assert (cfg.reward_clip, cfg.envs_per_worker, cfg.max_episodes) == (1.0, 8, None)
+        assert (cfg.cnn, cfg.n_steps, cfg.clip_norm) == ("small", 20, 0.5)
     assert config_module.config_for("CartPole-v1").reward_clip is None
+
+
+def test_a_run_saved_with_the_paper_net_is_read_back_with_it_and_its_84x84_frames(tmp_path):
+    """The preset's trunk changed (to the small net on 42x42 frames): --resume and --eval of a
+    run that trained the paper net must build that net and its frames, not today's preset."""
+    run_dir = write_run_folder(tmp_path / "run", PONG, cnn="a3c", n_steps=5, shared_lr=3e-4)
+    env_id, cfg = a3c.read_run(run_dir)
+    assert (env_id, cfg.cnn, cfg.n_steps, cfg.shared_lr) == (PONG, "a3c", 5, 3e-4)
+    envs = a3c.make_envs(env_id, cfg, 1)
+    assert envs.reset([3]).shape == (1, 4, 84, 84)
+    envs.close()
 
 
 def test_atari_envs_give_uint8_frame_stacks_and_the_final_frames_of_a_cut_game():
     cfg = atari_config(max_episode_steps=30)  # 120 frames: a game cut by the time limit
     envs = a3c.make_envs(PONG, cfg, 2)
     spec = a3c.env_spec(envs, PONG)
-    assert spec.image and spec.obs_shape == (4, 84, 84) and spec.obs_dtype == np.uint8
+    side = a3c.frame_size(cfg)  # the preset's: 42 (its small CNN)
+    assert spec.image and spec.obs_shape == (4, side, side) and spec.obs_dtype == np.uint8
     assert spec.discrete and spec.n_actions == 6
     obs = envs.reset([5, 6])
-    assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+    assert obs.shape == (2, 4, side, side) and obs.dtype == np.uint8
     for step in range(1, 31):
         next_obs, rewards, terminated, truncated = envs.step(np.array([0, 0]))
         assert rewards.dtype == np.float64 and not np.any(terminated)
@@ -79,7 +92,8 @@ def test_same_seeds_give_the_same_games():
 
 @pytest.mark.parametrize("use_lstm", [False, True])
 def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads(use_lstm):
-    cfg = atari_config(workers=2, envs_per_worker=2, n_steps=3, shared_lr=1e-3, use_lstm=use_lstm)
+    cfg = atari_config(workers=2, envs_per_worker=2, n_steps=3, shared_lr=1e-3, use_lstm=use_lstm,
+                       cnn="a3c")
     spec = pong_spec(cfg)
     sess, global_net, workers = build_session(spec, cfg)
     worker = workers[0]
@@ -119,8 +133,34 @@ def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads(use_ls
     sess.close()
 
 
-def test_the_small_cnn_reads_42x42_frames_and_one_push_trains_all_of_it():
-    cfg = atari_config(workers=1, envs_per_worker=2, n_steps=2, shared_lr=1e-3, cnn="small")
+def test_the_preset_pushes_whole_rollouts_of_8_games_x_20_steps_clipped_to_its_norm():
+    cfg = dataclasses.replace(config_module.config_for(PONG), workers=1)
+    spec = pong_spec(cfg)
+    sess, global_net, (worker,) = build_session(spec, cfg)
+    T, E, side = cfg.n_steps, cfg.envs_per_worker, a3c.frame_size(cfg)
+    assert (T, E, side) == (20, 8, 42)
+    rng = np.random.default_rng(9)
+    feed = {worker.obs: rng.integers(0, 256, (T * E, 4, side, side), dtype=np.uint8),
+            worker.actions: rng.integers(0, 6, T * E).astype(np.int32),
+            worker.next_obs: rng.integers(0, 256, (T * E, 4, side, side), dtype=np.uint8),
+            worker.rewards: rng.choice([-1.0, 0.0, 1.0], (T, E)).astype(np.float32),
+            worker.terminated: np.zeros((T, E), np.float32),
+            worker.ended: np.zeros((T, E), np.float32)}
+    sess.run(worker.pull)
+    (clipped,), norm = sess.run([worker.clipped_grads, worker.grad_norm], feed)
+    clipped_norm = np.sqrt(sum(np.sum(np.square(g)) for g in clipped))
+    assert norm > cfg.clip_norm, "random frames and rewards: a norm the clip must bind on"
+    assert clipped_norm == pytest.approx(cfg.clip_norm, rel=1e-4)
+    before = sess.run(global_net.params)
+    sess.run(worker.push_and_pull, feed)
+    assert all(not np.array_equal(b, a) for b, a in zip(before, sess.run(global_net.params)))
+    sess.close()
+
+
+@pytest.mark.parametrize("use_lstm", [False, True])
+def test_the_small_cnn_reads_42x42_frames_and_one_push_trains_all_of_it(use_lstm):
+    cfg = atari_config(workers=1, envs_per_worker=2, n_steps=2, shared_lr=1e-3, cnn="small",
+                       use_lstm=use_lstm)
     envs = a3c.make_envs(PONG, cfg, 2)
     spec = a3c.env_spec(envs, PONG)
     obs = envs.reset([1, 2])
@@ -139,6 +179,9 @@ def test_the_small_cnn_reads_42x42_frames_and_one_push_trains_all_of_it():
             worker.rewards: np.array([[1.0, 0.0], [-1.0, 1.0]], np.float32),
             worker.terminated: np.zeros((2, 2), np.float32),
             worker.ended: np.zeros((2, 2), np.float32)}
+    for part in worker.rollout_state:
+        feed[part] = rng.normal(0, 0.5, (2, cfg.lstm_units)).astype(np.float32)
+    assert any("lstm" in v.op.name for v in global_net.params) == use_lstm
     sess.run(worker.pull)
     before = sess.run(global_net.params)
     sess.run(worker.push_and_pull, feed)
@@ -148,7 +191,7 @@ def test_the_small_cnn_reads_42x42_frames_and_one_push_trains_all_of_it():
 
 
 def test_the_shared_loss_weights_the_value_loss_by_its_coefficient():
-    cfg = atari_config(workers=1, envs_per_worker=1, n_steps=2, value_loss_coef=0.25)
+    cfg = atari_config(workers=1, envs_per_worker=1, n_steps=2, value_loss_coef=0.25, cnn="a3c")
     spec = pong_spec(cfg)
     sess, global_net, (worker,) = build_session(spec, cfg)
     rng = np.random.default_rng(4)
@@ -217,7 +260,11 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert a3c.main(["--eval", run_dir, "--episodes", "1", "--record"]) == 0
     printed = capsys.readouterr().out
     assert "ALE/Pong-v5: deterministic policy of the best checkpoint" in printed
-    assert os.path.getsize(os.path.join(run_dir, "episode.gif")) > 1000
+    from PIL import Image  # installed with matplotlib
+    with Image.open(os.path.join(run_dir, "episode.gif")) as gif:
+        side = 3 * a3c.frame_size(cfg)  # the agent's frames, enlarged 3x
+        low, high = gif.convert("L").getextrema()
+        assert gif.size == (side, side) and high - low > 50, "a game's frames, not a blank"
     refused(["--eval", run_dir, "--render"], capsys, "cannot render in a window", "--record")
 
     # bench/trunk_probe.py reads every checkpoint the run kept
@@ -260,9 +307,10 @@ def test_trunk_probe_refuses_what_it_cannot_probe_and_writes_nothing(case, words
 
 
 def test_atari_envs_take_any_seed_the_config_allows():
-    envs = a3c.make_envs(PONG, atari_config(), 2)
+    cfg = atari_config()
+    envs = a3c.make_envs(PONG, cfg, 2)
     obs = envs.reset([2 ** 32 - 2, 2 ** 32 - 1])
-    assert obs.shape == (2, 4, 84, 84)
+    assert obs.shape == (2, 4, a3c.frame_size(cfg), a3c.frame_size(cfg))
     envs.close()
 
 
@@ -293,7 +341,8 @@ def test_the_trunk_uses_the_configured_activation_in_every_layer(activation):
     spec = pong_spec(cfg)
     sess, global_net, _ = build_session(spec, cfg)
     ops = [op.type for op in sess.graph.get_operations() if op.name.startswith("global/trunk/")]
-    assert ops.count({"relu": "Relu", "elu": "Elu"}[activation]) == 3, "two convolutions and fc"
+    convolutions = len(a3c.CNN_LAYERS[cfg.cnn][0])
+    assert ops.count({"relu": "Relu", "elu": "Elu"}[activation]) == convolutions + 1, "and the fc"
     assert ops.count({"relu": "Elu", "elu": "Relu"}[activation]) == 0
     sess.close()
 
@@ -316,7 +365,7 @@ def test_every_trunk_activation_the_config_accepts_has_an_op():
 def test_returns_bootstrap_from_the_cnn_values_of_exactly_the_rows_they_need():
     """The CNN net computes V(s') only where an episode ended or the rollout does: the returns
     must be those of V(s') on every row."""
-    cfg = atari_config(workers=1, envs_per_worker=3, n_steps=4, gamma=0.9)
+    cfg = atari_config(workers=1, envs_per_worker=3, n_steps=4, gamma=0.9, cnn="a3c")
     spec = pong_spec(cfg)
     sess, _, (worker,) = build_session(spec, cfg)
     sess.run(worker.pull)
