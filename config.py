@@ -310,8 +310,8 @@ class Config:
 # (universe-starter-agent's and pytorch-a3c's) and the rate and clip (tuned here, on seed 61).
 ATARI = dict(
     cnn="small",            # 42x42 frames, four 32 3x3/2 convolutions (universe-starter-agent's
-                            # trunk): on tuning seed 61 with the three values below, mean-100 -14.7
-                            # at 10.6M frames (30 min); the paper net at n_steps 5 and 3e-4 had -18
+                            # trunk): on tuning seed 61 with the three values below, mean-100 -14.8
+                            # at 10.7M frames (0.51 h); the paper net at n_steps 5 and 3e-4 had -18
                             # at 14.3M (results/pong_curve.md). Speed: results/throughput_atari_cnn.md
     envs_per_worker=8,      # one C++ vector env of 8 games per worker: the act call, the env step and
     n_steps=20,             # the push all go 8-wide; 20 steps (universe-starter-agent, pytorch-a3c)
@@ -323,20 +323,21 @@ ATARI = dict(
                             # per sample 0.83x what 3e-4 over the paper's 40-sample pushes did, and
                             # 0.71x baselines' A2C (7e-4 over 80). Tuning seed 61 at n_steps 20:
                             # 1e-4 with eps 1e-8 left the policy uniform through 7M frames; 1e-3
-                            # without clip_norm 0.5 had gradient norms jump to 14-46 and the
-                            # entropy fall to 1.1 with the score at -20 (5M frames)
+                            # without clip_norm 0.5 had gradient norms jump above 10 and the
+                            # entropy fall to 1.34 with the score at -20 (5M frames)
     clip_norm=0.5,          # baselines' A2C; the A3C paper's 40 seldom binds: a Pong push's norm is
-                            # ~0.3 after the first minute but jumps to 10-50 now and then, and at
+                            # ~0.3 after the first minute but jumps above 10 now and then, and at
                             # 1e-3 those pushes threw the policy about (above)
     rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
     max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
-    max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (our Pong's mean-100
-                            # reached -18 at 14.3M: README, Atari)
+    max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (the preset's Pong run
+                            # reached mean-100 -5 at 20.2M: results/pong_preset.md)
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
                             # 1,210 agent steps/s unpinned, 894 pinned; 4 workers 1,265 and 850
-                            # (results/throughput_atari.md)
+                            # (results/throughput_atari.md: the paper net, n_steps 5;
+                            # not measured again with the small CNN)
     repeat_action_probability=0.0,  # no sticky actions, like the ids the A3C figures come from
 )
 
