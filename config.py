@@ -106,7 +106,8 @@ class Config:
     shared_lr: float = 7e-4
     """Learning rate of the one RMSProp of a network with a shared trunk (the Atari CNN, or any
     net with use_lstm; OpenAI baselines' A2C on Atari: 7e-4, in the A3C paper's range; the
-    Atari preset's is 1e-3 over pushes of 160 samples, see ATARI). Separate MLPs use actor_lr and critic_lr instead."""
+    Atari preset's is 1e-3 over pushes of 160 samples, see ATARI). Separate MLPs use actor_lr
+    and critic_lr instead."""
     value_loss_coef: float = 0.5
     """A shared trunk trains on one loss, policy loss + value_loss_coef x value loss - entropy
     (baselines' A2C: 0.5; the A3C paper halved the value gradient the same way)."""
