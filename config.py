@@ -332,7 +332,8 @@ ATARI = dict(
     rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
     max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
     max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (the preset's Pong run
-                            # reached mean-100 -5 at 20.2M: results/pong_preset.md)
+                            # reached mean-100 -5 at 20.2M and 0 at 31.8M; its best agent, taken
+                            # at 33.4M, plays +20.9: results/pong_preset.md)
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
