@@ -13,8 +13,10 @@ One graph, one Session. A global ACNet lives on the CPU; each worker thread owns
      RMSProp optimisers (one, on one combined loss, where both heads share a trunk: Atari's CNN,
      or the optional LSTM).
 
-The sections below follow that order: settings, environments, networks, the worker loop, the
-training driver, the command line. Hyperparameters live in config.py.
+The sections below follow that order: settings, environments, networks, the worker loop, push
+and pull across processes (--cluster: the global net on TensorFlow's ps tasks, the same worker
+loop in every worker process), the training driver, the command line. Hyperparameters live in
+config.py; launching and supervising a cluster's processes lives in cluster.py.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import numpy as np
 
 import config as config_module
 from config import Config
+import cluster as cluster_module
 from cpus import CpuLayout, cpu_layout, usable_cpus
 
 
@@ -77,6 +80,7 @@ except ImportError:
 
 EPISODE_COLUMNS = ["worker", "episode", "env_steps", "wall_s", "return", "length",
                    "running_return", "entropy", "grad_norm"]
+PROCESS_COLUMN = "process"  # a cluster run's episodes.csv also says which worker process played
 RUNNING_WINDOW = 100  # running_return is the mean raw return of the last 100 episodes
 
 
@@ -86,8 +90,10 @@ class UsageError(Exception):
 
 def first_line(exc: Exception) -> str:
     """The first line of an exception's message (or its type's name): fit for a one-line error."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Graph execution error"):  # TensorFlow's header
+        lines = lines[1:]
+    return lines[0] if lines else type(exc).__name__
 
 
 class WorkerError(Exception):
@@ -289,6 +295,15 @@ def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False):
     if is_atari(env_id):
         return AtariEnvs(env_id, cfg, count, greedy)
     return GymEnvs(env_id, cfg, count)
+
+
+def probe_spec(env_id: str, cfg: Config) -> "EnvSpec":
+    """The EnvSpec of env_id, from one env made and closed (UsageError if it cannot be used)."""
+    probe = make_envs(env_id, cfg, 1)
+    try:
+        return env_spec(probe, env_id)
+    finally:
+        probe.close()
 
 
 def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
@@ -677,6 +692,7 @@ class ACNet:
         # a NaN or inf anywhere in the losses or gradients makes this norm non-finite: the check
         # fails the session call before anything is applied, so the global net stays finite
         finite_check = tf.debugging.check_numerics(self.grad_norm, "non-finite gradient norm")
+        self.checked_grad_norm = finite_check  # the same check where gradients are fetched (a cluster)
 
         # the optimisers' slots belong to the global net: made at the root variable scope they are
         # named global/.../RMSPropActor and saved with it (in this scope, worker_0/global/...)
@@ -703,6 +719,27 @@ class ACNet:
                 # the next rollout's first actions: drawn with this push's fraction, as the rest
                 self.policy_after_pull = build_actor(features, spec, cfg, actor_hidden, self.lr_fraction)
 
+    def feedable_params(self) -> tuple:
+        """(placeholders like self.params, the op that assigns them): a cluster's worker pulls the
+        global parameters over gRPC as arrays and puts them into its net with this."""
+        with v1.name_scope(f"{self.scope}/fed"):
+            fed = [v1.placeholder(p.dtype.base_dtype, p.shape) for p in self.params]
+            return fed, tf.group(*[p.assign(f) for p, f in zip(self.params, fed)])
+
+
+def optimizer_groups(net: ACNet, spec: EnvSpec, cfg: Config) -> list:
+    """The global parameters each optimiser updates, in the order of a worker net's
+    clipped_grads: all of them (a shared trunk), or the actor's and the critic's."""
+    return [net.params] if shared_trunk(spec, cfg) else [net.actor_params, net.critic_params]
+
+
+def make_optimizers(spec: EnvSpec, cfg: Config, lr_fraction) -> list:
+    """RMSProp for each group of optimizer_groups, at the learning rates times lr_fraction."""
+    names = ("RMSProp",) if shared_trunk(spec, cfg) else ("RMSPropActor", "RMSPropCritic")
+    return [v1.train.RMSPropOptimizer(rate * lr_fraction, decay=cfg.rmsprop_decay,
+                                      epsilon=cfg.rmsprop_epsilon, name=name)
+            for rate, name in zip(learning_rates(cfg, spec), names)]
+
 
 def learning_rates(cfg: Config, spec: EnvSpec = None) -> tuple:
     """The rate of each optimiser, divided by sqrt(workers) when scale_lr_with_workers is on:
@@ -716,14 +753,11 @@ def learning_rates(cfg: Config, spec: EnvSpec = None) -> tuple:
 def build_graph(spec: EnvSpec, cfg: Config):
     """The global net on the CPU, its optimisers (actor and critic, or one for a shared trunk),
     and one ACNet per worker."""
-    names = ("RMSProp",) if shared_trunk(spec, cfg) else ("RMSPropActor", "RMSPropCritic")
     with tf.device("/cpu:0"):
         global_net = ACNet("global", spec, cfg)
         # the fraction of the learning rates in force; workers feed 1 - budget used when annealing
         global_net.lr_fraction = v1.placeholder_with_default(1.0, [], "lr_fraction")
-        optimizers = [v1.train.RMSPropOptimizer(rate * global_net.lr_fraction, decay=cfg.rmsprop_decay,
-                                                epsilon=cfg.rmsprop_epsilon, name=name)
-                      for rate, name in zip(learning_rates(cfg, spec), names)]
+        optimizers = make_optimizers(spec, cfg, global_net.lr_fraction)
         worker_nets = [ACNet(f"worker_{i}", spec, cfg, global_net, optimizers)
                        for i in range(cfg.workers)]
     return global_net, worker_nets
@@ -788,10 +822,12 @@ class EpisodeLog:
     scalar set; `return` is always the environment's raw return.
     """
 
-    def __init__(self, run_dir: str, cfg: Config, summary_writer, history: RunHistory = None):
+    def __init__(self, run_dir: str, cfg: Config, summary_writer, history: RunHistory = None,
+                 cluster: bool = False):
         """history: a resumed run's episodes and counters, to continue its CSV instead of
-        starting a new one."""
+        starting a new one; cluster: the rows come from several processes (a process column)."""
         self.cfg = cfg
+        self.columns = EPISODE_COLUMNS + [PROCESS_COLUMN] if cluster else EPISODE_COLUMNS
         self.lock = threading.Lock()
         self.session_start = time.time()
         self.start_cpu = cpu_seconds()
@@ -811,7 +847,7 @@ class EpisodeLog:
         if history is None:
             self.csv_file = open(path, "w", newline="")
             self.csv = csv.writer(self.csv_file)
-            self.csv.writerow(EPISODE_COLUMNS)
+            self.csv.writerow(self.columns)
             self.csv_file.flush()
             return
         rows, self.env_steps, self.anneal_start = history
@@ -835,21 +871,25 @@ class EpisodeLog:
         with self.lock:
             self.env_steps += count
 
+    def count_to(self, env_steps: int) -> None:
+        """A cluster's chief: the global env step count, as the ps tasks hold it."""
+        with self.lock:
+            self.env_steps = max(self.env_steps, env_steps)
+
     def budget_used(self) -> float:
         return budget_used(self.cfg, self.episodes, self.env_steps)
 
     def lr_fraction(self) -> float:
-        """The fraction of the base learning rates in force: 1, or annealed (never rising: a
-        longer mean episode length would otherwise push the converted budget up again)."""
-        if not self.cfg.anneal_lr:
-            return 1.0
         with self.lock:
-            used = anneal_used(self.cfg, self.episodes, self.finished_steps, self.env_steps)
-            self.lr_fraction_now = min(self.lr_fraction_now, annealed_fraction(used, self.anneal_start))
+            self.lr_fraction_now = falling_lr_fraction(self.cfg, self.lr_fraction_now, self.episodes,
+                                                       self.finished_steps, self.env_steps,
+                                                       self.anneal_start)
             return self.lr_fraction_now
 
     def record(self, worker: int, episode_return: float, length: int, entropy: float,
-               grad_norm: float) -> None:
+               grad_norm: float, process: int = None, env_steps: int = None) -> None:
+        """process, env_steps: a cluster's episode, from the process that played it, which
+        ended when the global count was env_steps."""
         with self.lock:
             if self.cfg.max_episodes is not None and self.episodes >= self.cfg.max_episodes:
                 return  # other workers finished the last episodes of the budget first
@@ -860,11 +900,13 @@ class EpisodeLog:
             if len(self.recent_returns) == RUNNING_WINDOW:
                 if running > self.best_running:
                     self.best_running, self.best_episode = running, self.episodes
-                    self.best_env_steps = self.env_steps
+                    self.best_env_steps = self.env_steps if env_steps is None else env_steps
             wall = self.wall()
-            self.csv.writerow([worker, self.episodes, self.env_steps, f"{wall:.3f}",
+            ended_at = self.env_steps if env_steps is None else env_steps
+            self.csv.writerow([worker, self.episodes, ended_at, f"{wall:.3f}",
                                f"{episode_return:.6g}", length, f"{running:.6g}",
-                               f"{entropy:.6g}", f"{grad_norm:.6g}"])
+                               f"{entropy:.6g}", f"{grad_norm:.6g}",
+                               *([] if process is None else [process])])
             self.csv_file.flush()
             summary = v1.Summary(value=[
                 v1.Summary.Value(tag="charts/episodic_return", simple_value=episode_return),
@@ -872,7 +914,7 @@ class EpisodeLog:
                 v1.Summary.Value(tag="charts/running_return", simple_value=running),
                 v1.Summary.Value(tag="losses/entropy", simple_value=entropy),
                 v1.Summary.Value(tag="losses/grad_norm", simple_value=grad_norm)])
-            self.summary_writer.add_summary(summary, self.env_steps)
+            self.summary_writer.add_summary(summary, ended_at)
 
     def progress(self) -> dict:
         with self.lock:
@@ -945,10 +987,11 @@ class Worker:
         self.episode_return = np.zeros(E)
         self.episode_length = np.zeros(E, np.int64)
 
-    def prepare(self, sess, seed: int) -> None:
+    def prepare(self, sess, seed: int, remote: "RemoteGlobal" = None) -> None:
         """Build this worker's two session calls, pull the global parameters and reset the envs
         with seeds drawn from `seed` (the run's, or a resumed part's). TensorFlow prepares a
-        callable's executors when it is made, so this runs before the clock starts."""
+        callable's executors when it is made, so this runs before the clock starts. remote: the
+        global net is on a cluster's ps tasks, and the update pushes and pulls through it."""
         net = self.net
         # a policy that narrows with the learning rate acts, and its rollout is trained on, with
         # the fraction of the last push (act_schedule: () where sigma does not narrow)
@@ -956,14 +999,18 @@ class Worker:
         self.act = session_callable(sess, [net.policy.sample, net.policy.env_action, *net.state_out],
                                     [net.obs, *net.state_in, *scheduled])
         self.act_schedule = tuple(np.float32(1.0) for _ in scheduled)
-        self.update = session_callable(
-            sess, [net.push_and_pull, net.entropy, net.grad_norm, net.policy_after_pull.sample,
-                   net.policy_after_pull.env_action, *net.state_after_pull],
-            [net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
-             *net.rollout_state, net.current_obs, *net.current_state, *scheduled, net.lr_fraction])
+        if remote is None:
+            self.update = session_callable(
+                sess, [net.push_and_pull, net.entropy, net.grad_norm, net.policy_after_pull.sample,
+                       net.policy_after_pull.env_action, *net.state_after_pull],
+                [net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
+                 *net.rollout_state, net.current_obs, *net.current_state, *scheduled, net.lr_fraction])
+            sess.run(net.pull)
+        else:
+            self.update = remote.update_for(net, sess, scheduled)
+            remote.pull_into(sess, net)
         # (sampled, for the envs, the LSTM state after this step) for self.obs, chosen by the last update
         self.chosen_actions = None
-        sess.run(net.pull)
         first_seed = seed * 1000 + self.index * len(self.envs)
         self.obs = self.envs.reset(first_seed + np.arange(len(self.envs))).astype(self.spec.obs_dtype)
         # with an LSTM: each env's (c, h), carried from step to step and rollout to rollout,
@@ -1011,12 +1058,13 @@ class Worker:
         chooses the next step's actions with the pulled parameters. Returns the policy entropy
         and the gradient norm before clipping."""
         T, E = self.cfg.n_steps, len(self.envs)
-        entropy, grad_norm, *self.chosen_actions = self.update(
+        entropy, grad_norm, *chosen = self.update(
             self.rollout_obs.reshape(T * E, *self.spec.obs_shape),
             self.actions.reshape(T * E, *self.actions.shape[2:]),
             self.next_obs.reshape(T * E, *self.spec.obs_shape), self.rewards, self.terminated,
             self.ended, *self.rollout_state, self.obs, *self.state, *self.act_schedule,
             np.float32(lr_fraction))
+        self.chosen_actions = chosen or None  # none from a cluster's update: the next step acts
         # the next actions were drawn with this push's fraction: so are the rest of the rollout's
         self.act_schedule = tuple(np.float32(lr_fraction) for _ in self.act_schedule)
         return float(entropy), float(grad_norm)
@@ -1075,6 +1123,328 @@ class GreedyPlayer:
         actions, *state = self.call(np.asarray(obs, self.obs_dtype), *self.state)
         self.state = tuple(state)
         return actions
+
+
+# ---------------------------------------------------------------------------------------------
+# Push and pull across processes (--cluster): the global net on the ps tasks
+# ---------------------------------------------------------------------------------------------
+
+class RemoteGlobal:
+    """A worker process's view of a cluster run's shared state: the global net and its RMSProp
+    slots on the ps tasks (spread over them by replica_device_setter), and the run's counters
+    and episode queue on ps task 0 (cluster.Control).
+
+    Acting never crosses the network: the worker nets live in the process's own plain session,
+    as in one process (a call through the distributed master costs ~190 us even for local ops).
+    A push is three calls: the clipped gradients are computed locally, applied on the ps in one
+    gRPC call that brings the new parameters and the global counters back, and the parameters
+    are put into the worker net locally; its next step acts with them. That gRPC call goes to
+    ps task 0's own master (cluster.ps_session), which runs it where the variables are."""
+
+    def __init__(self, spec: EnvSpec, cfg: Config, cluster, server):
+        """server: this process's own, kept alive with it."""
+        self.cluster, self.server = cluster, server
+        self.log = None  # the process's ClusterLog, set once the chief's counters are known
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            # variables round-robin over the ps tasks; every other op on ps task 0 (see below)
+            setter = v1.train.replica_device_setter(ps_tasks=len(cluster.spec["ps"]),
+                                                    worker_device="/job:ps/task:0")
+            with v1.device(setter):
+                self.net = ACNet("global", spec, cfg)
+                groups = optimizer_groups(self.net, spec, cfg)
+            # Every op of a push sits on the ps task of the variable it serves, the fed gradients
+            # and the fetched parameters too: the master then sends each ps task one request
+            # that carries its feeds and brings its fetches back, instead of one RPC per tensor
+            # between this worker task and the ps.
+            ps_0 = "/job:ps/task:0"
+            with v1.device(ps_0):
+                self.lr_fraction = v1.placeholder(tf.float32, [], "lr_fraction")
+            self.grads = []
+            for group in groups:
+                grads = []
+                for p in group:
+                    with v1.device(p.device):
+                        grads.append(v1.placeholder(p.dtype.base_dtype, p.shape))
+                self.grads.append(grads)
+            # each update sits on its variable's task; the slots are named as in one process's
+            # graph, so that a checkpoint reads the same
+            with v1.device(ps_0):
+                apply = tf.group(*[optimizer.apply_gradients(zip(grads, group)) for optimizer, grads, group
+                                   in zip(make_optimizers(spec, cfg, self.lr_fraction), self.grads, groups)])
+            self.control = cluster_module.control_variables(tf, len(cluster.spec["worker"]))
+            with v1.device(ps_0):
+                self.counts = v1.placeholder(tf.int64, [3], "counts")  # env steps, episodes, their steps
+                self.add_counts = self.control.totals.assign_add(self.counts)
+                with tf.control_dependencies([apply]):  # (identity: a resource assign's value)
+                    totals = tf.identity(self.control.totals.assign_add(self.counts))
+                    mark = tf.identity(v1.scatter_add(self.control.pushes, [cluster.task],
+                                                      tf.constant([1], tf.int64)))
+            pushed, self.params_now = [], []
+            for p in self.net.params:
+                with v1.device(p.device):
+                    with tf.control_dependencies([apply]):
+                        pushed.append(tf.identity(p))
+                    self.params_now.append(tf.identity(p))
+            with v1.device(ps_0):
+                self.row_feeds = [v1.placeholder(getattr(tf, t), [None])
+                                  for t in cluster_module.EPISODE_ROW_TYPES]
+                self.enqueue = self.control.episodes.enqueue_many(self.row_feeds)
+                self.variables = v1.global_variables()
+        self.sess = cluster_module.ps_session(tf, cluster, self.graph)
+        flat = [g for group in self.grads for g in group]
+        self.push = session_callable(self.sess, [*pushed, totals, mark], [*flat, self.lr_fraction, self.counts])
+
+    def pull_into(self, sess, net: ACNet) -> None:
+        """The global parameters as the ps holds them now, into a worker net."""
+        fed, assign = net.fed
+        sess.run(assign, dict(zip(fed, self.sess.run(self.params_now))))
+
+    def update_for(self, net: ACNet, sess, scheduled: list):
+        """Worker.update for a cluster: the same feeds and the entropy and the gradient norm as
+        in one process, but no next actions (they come from the net just pulled)."""
+        rollout_feeds = [net.obs, net.actions, net.next_obs, net.rewards, net.terminated,
+                         net.ended, *net.rollout_state]
+        flat_grads = [g for grads in net.clipped_grads for g in grads]
+        gradients = session_callable(sess, [*flat_grads, net.entropy, net.checked_grad_norm],
+                                     [*rollout_feeds, *scheduled])
+        fed, assign = net.fed
+        put = session_callable(sess, [assign], fed)
+        rollout_count, state_count, schedule_count = (len(rollout_feeds), len(net.current_state),
+                                                      len(scheduled))
+
+        def update(*feeds):
+            schedule = feeds[len(feeds) - 1 - schedule_count:len(feeds) - 1]
+            *grads, entropy, grad_norm = gradients(*feeds[:rollout_count], *schedule)
+            counts, rows = self.log.take()
+            *params, totals, _ = self.push(*grads, feeds[-1], counts)
+            if rows:
+                self.send(rows)
+            self.log.settle(totals)
+            put(*params)
+            return entropy, grad_norm
+        del state_count  # the current state is carried by the worker: the next act call reads it
+        return update
+
+    def send(self, rows: list) -> None:
+        """Finished episodes' rows into the queue the chief drains."""
+        columns = [np.array(column, getattr(np, t))
+                   for column, t in zip(zip(*rows), cluster_module.EPISODE_ROW_TYPES)]
+        self.sess.run(self.enqueue, dict(zip(self.row_feeds, columns)))
+
+    def flush(self) -> None:
+        """What the process's threads counted but did not push yet (the last rollouts'
+        episodes), to the ps: a worker process calls this when its threads have stopped."""
+        counts, rows = self.log.take()
+        if rows:
+            self.send(rows)
+        if counts.any():
+            self.sess.run(self.add_counts, {self.counts: counts})
+
+    def close(self) -> None:
+        close_remote_session(self.sess)
+
+
+def close_remote_session(sess) -> None:
+    """Close a session with the ps tasks; when they are gone, closing can wait on gRPC for good,
+    so give up after a few seconds (the process is ending; leave() then exits at once)."""
+    closing = threading.Thread(target=sess.close, name="close_remote", daemon=True)
+    closing.start()
+    closing.join(5.0)
+
+
+def falling_lr_fraction(cfg: Config, previous: float, episodes: int, finished_steps: int,
+                        env_steps: int, start: AnnealStart) -> float:
+    """The fraction of the base learning rates in force: 1, or annealed, and never rising (a
+    longer mean episode length would otherwise push an episode budget's conversion up again)."""
+    if not cfg.anneal_lr:
+        return 1.0
+    used = anneal_used(cfg, episodes, finished_steps, env_steps)
+    return min(previous, annealed_fraction(used, start))
+
+
+class ClusterLog:
+    """What a worker process's threads share in a cluster run, where one process has EpisodeLog:
+    the global counters as the last push brought them back, the env steps and episodes not
+    pushed yet, and finished episodes' rows, which go to the chief through the ps's queue."""
+
+    def __init__(self, cfg: Config, process: int, totals, anneal_start: AnnealStart):
+        self.cfg, self.process = cfg, process
+        self.lock = threading.Lock()
+        self.totals = np.array(totals, np.int64)  # env steps, episodes, env steps of those
+        self.pending = np.zeros(3, np.int64)
+        self.rows = []
+        self.anneal_start = anneal_start
+        self.lr_fraction_now = anneal_start.lr_fraction
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.totals[0] + self.pending[0])
+
+    def add_steps(self, count: int) -> None:
+        with self.lock:
+            self.pending[0] += count
+
+    def record(self, worker: int, episode_return: float, length: int, entropy: float,
+               grad_norm: float) -> None:
+        with self.lock:
+            self.rows.append((self.process, worker, episode_return, length, entropy, grad_norm,
+                              self.totals[0] + self.pending[0]))
+            self.pending[1:] += (1, length)
+
+    def take(self) -> tuple:
+        """(the counts not pushed yet, the rows not sent yet), both handed over."""
+        with self.lock:
+            counts, rows = self.pending.copy(), self.rows
+            self.pending[:] = 0
+            self.rows = []
+            return counts, rows
+
+    def settle(self, totals) -> None:
+        with self.lock:
+            self.totals = np.maximum(self.totals, totals)
+
+    def budget_used(self) -> float:
+        with self.lock:
+            seen = self.totals + self.pending
+        return budget_used(self.cfg, int(seen[1]), int(seen[0]))
+
+    def lr_fraction(self) -> float:
+        with self.lock:
+            steps, episodes, finished = self.totals + self.pending
+            self.lr_fraction_now = falling_lr_fraction(self.cfg, self.lr_fraction_now, int(episodes),
+                                                       int(finished), int(steps), self.anneal_start)
+            return self.lr_fraction_now
+
+
+class ChiefLink:
+    """What the chief (worker task 0) does for the cluster beyond its own workers: set up the
+    ps tasks' state from its own (fresh or restored) global net; keep that local copy fresh,
+    since checkpoints and the best-agent trials read it; collect every process's episodes into
+    the one episodes.csv; beat the heart the other processes watch; report worker processes
+    that stop pushing; and, at the end, tell the others that the run is over."""
+
+    def __init__(self, remote: RemoteGlobal, local_shared: list):
+        """Built in the chief's own graph (its global net, slots and counter: local_shared)."""
+        self.remote = remote
+        local = {v.op.name: v for v in local_shared if v.op.name.startswith("global/")}
+        on_ps = {v.op.name: v for v in remote.variables if v.op.name.startswith("global/")}
+        if set(local) != set(on_ps):  # both graphs come from the same code: a bug if not
+            raise RuntimeError(f"the ps graph's variables differ from the chief's: "
+                               f"{sorted(set(local) ^ set(on_ps))[:3]}")
+        names = sorted(local)
+        param_names = {p.op.name for p in remote.net.params}
+        self.params = [n for n in names if n in param_names]
+        self.local = [local[n] for n in names]
+        self.feeds = [v1.placeholder(local[n].dtype.base_dtype, local[n].shape) for n in names]
+        self.put_local = [v.assign(f) for v, f in zip(self.local, self.feeds)]
+        with remote.graph.as_default():
+            control = remote.control
+            self.remote_vars = [on_ps[n] for n in names]
+            self.remote_feeds = [v1.placeholder(v.dtype.base_dtype, v.shape) for v in self.remote_vars]
+            self.put_remote = [v.assign(f) for v, f in zip(self.remote_vars, self.remote_feeds)]
+            self.init = v1.variables_initializer(remote.variables)
+            self.flag_index = v1.placeholder(tf.int32, [])
+            self.flag_value = v1.placeholder(tf.int64, [])
+            self.set_flag = v1.scatter_update(control.flags, self.flag_index, self.flag_value)
+            self.beat = v1.scatter_add(control.flags, cluster_module.HEARTBEAT, tf.constant(1, tf.int64))
+            self.start_values = [v1.placeholder(tf.string, []), v1.placeholder(tf.int64, [3]),
+                                 v1.placeholder(tf.float64, [2])]
+            self.set_start = tf.group(control.config.assign(self.start_values[0]),
+                                      control.totals.assign(self.start_values[1]),
+                                      control.anneal_start.assign(self.start_values[2]))
+            self.queue_size = control.episodes.size()
+            self.take_count = v1.placeholder(tf.int32, [])
+            self.dequeue = control.episodes.dequeue_up_to(self.take_count)
+            self.read_state = [control.totals, control.pushes]
+        self.param_positions = [names.index(n) for n in self.params]
+        self.last_pushes, self.last_change, self.silent = None, {}, set()
+        self.next_param_sync = 0.0
+
+    def start(self, sess, run_config: str, totals, anneal_start: AnnealStart) -> None:
+        """Put this process's global net, slots and counters on the ps tasks and open the run."""
+        remote = self.remote.sess
+        remote.run(self.init)
+        values = sess.run(self.local)
+        remote.run(self.put_remote, dict(zip(self.remote_feeds, values)))
+        remote.run(self.set_start, dict(zip(self.start_values, [
+            run_config, np.array(totals, np.int64), np.array(anneal_start, np.float64)])))
+
+    def open(self) -> None:
+        """Let the other worker processes in; from now on the chief's heartbeat must go on."""
+        self.flag(cluster_module.READY, 1)
+
+    def flag(self, index: int, value: int) -> None:
+        self.remote.sess.run(self.set_flag, {self.flag_index: index, self.flag_value: value})
+
+    def download(self, sess, params_only: bool = False) -> None:
+        """The ps tasks' global net (and slots) into the chief's local copy."""
+        positions = self.param_positions if params_only else range(len(self.local))
+        values = self.remote.sess.run([self.remote_vars[i] for i in positions])
+        sess.run([self.put_local[i] for i in positions],
+                 {self.feeds[i]: value for i, value in zip(positions, values)})
+
+    def tick(self, sess, log: EpisodeLog, say) -> None:
+        """Once per supervisor loop: heartbeat, episodes, counters, silent workers, and every
+        2 s the parameters the trials copy."""
+        try:
+            self.beat_and_collect(sess, log, say)
+        except tf.errors.OpError as exc:
+            raise WorkerError(f"the ps tasks stopped answering ({first_line(exc)}); the final "
+                              f"checkpoint holds the last global net the chief brought home "
+                              f"(at most a few seconds old)") from None
+
+    def beat_and_collect(self, sess, log: EpisodeLog, say) -> None:
+        self.remote.sess.run(self.beat)
+        self.collect(log)
+        now = time.time()
+        if now >= self.next_param_sync:
+            self.download(sess, params_only=True)
+            self.next_param_sync = now + 2.0
+        pushes = self.remote.sess.run(self.read_state[1])
+        for task in range(1, len(pushes)):
+            if self.last_pushes is None or pushes[task] != self.last_pushes[task]:
+                self.last_change[task] = now
+                if task in self.silent:
+                    self.silent.discard(task)
+                    say(f"worker process {task} pushes again")
+            elif (pushes[task] and task not in self.silent
+                  and now - self.last_change.get(task, now) > cluster_module.WORKER_SILENCE_S):
+                self.silent.add(task)
+                say(f"worker process {task} has not pushed for "
+                    f"{cluster_module.WORKER_SILENCE_S:.0f} s: it has stopped or stalls; the "
+                    f"others go on (start it again with the same command to rejoin)")
+        self.last_pushes = pushes
+
+    def collect(self, log: EpisodeLog) -> None:
+        """The episodes in the queue into episodes.csv, and the global env step count."""
+        waiting = int(self.remote.sess.run(self.queue_size))
+        if waiting:
+            process, worker, returns, lengths, entropy, norms, ended_at = self.remote.sess.run(
+                self.dequeue, {self.take_count: waiting})
+            for row in zip(process, worker, returns, lengths, entropy, norms, ended_at):
+                log.record(int(row[1]), float(row[2]), int(row[3]), float(row[4]), float(row[5]),
+                           process=int(row[0]), env_steps=int(row[6]))
+        log.count_to(int(self.remote.sess.run(self.read_state[0])[0]))
+
+    def finish(self, sess, log: EpisodeLog) -> None:
+        """Tell the other processes the run is over, collect their last episodes once their
+        pushes have stopped (5 s at most), and bring the global net home for the checkpoint."""
+        self.flag(cluster_module.DONE, 1)
+        deadline, before = time.time() + 5.0, None
+        while time.time() < deadline:
+            pushes = self.remote.sess.run(self.read_state[1])
+            if before is not None and np.array_equal(pushes, before):
+                break
+            before = pushes
+            time.sleep(1.0)
+        time.sleep(0.5)  # their final flush follows their last push
+        self.collect(log)
+        self.download(sess)
+
+    def shutdown(self) -> None:
+        """The ps tasks may go: the chief has what it needs."""
+        self.flag(cluster_module.SHUTDOWN, 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1213,9 +1583,10 @@ def checkpoint_note(run_dir: str) -> str:
 
 
 def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: bool = True,
-          out=None, resume_dir: str = None) -> dict:
+          out=None, resume_dir: str = None, cluster=None) -> dict:
     """Train, writing everything into a new run folder (or continuing resume_dir's run from its
-    latest checkpoint); returns a summary dict.
+    latest checkpoint); returns a summary dict. cluster: this process is the chief (worker task
+    0) of a cluster run, whose global net lives on the ps tasks (see ChiefLink).
 
     Raises UsageError before anything is written when the env or config cannot work, re-raises
     a worker's exception (after saving the checkpoint, the CSV and the plot) when a worker fails,
@@ -1223,22 +1594,27 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     """
     console = Console(out or sys.stdout)
     cfg.validate()
-    probe = make_envs(env_id, cfg, 1)
-    spec = env_spec(probe, env_id)
-    probe.close()
+    spec = probe_spec(env_id, cfg)
     earlier = read_run_info(resume_dir) if resume_dir is not None else None
     part = len(earlier.get("resumed", [])) + 1 if earlier is not None else 0
     seed = part_seed(cfg.seed, part)
+    if cluster is not None:  # before anything is written: a port in use, no ps
+        server = start_cluster_task(cluster)
 
-    run_dir, sess, workers, checkpoints = resume_dir, None, [], None
+    run_dir, sess, workers, checkpoints, remote = resume_dir, None, [], None, None
     try:
         graph = tf.Graph()
         with graph.as_default():
             v1.set_random_seed(seed)
             np.random.seed(seed)
             global_net, worker_nets = build_graph(spec, cfg)
+            if cluster is not None:
+                remote = RemoteGlobal(spec, cfg, cluster, server)
+                for net in worker_nets:
+                    net.fed = net.feedable_params()
             run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
             checkpoints = Checkpoints(run_dir, cfg, env_id, global_net, spec)
+            chief = None if remote is None else ChiefLink(remote, checkpoints.shared)
             init = v1.global_variables_initializer()
         layout = cpu_layout(cfg)
         sess = open_session(graph, layout)
@@ -1259,12 +1635,25 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
                  "anneal_start": history.anneal_start._asdict(),
                  "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
             run_info["argv"] = earlier.get("argv")
+        if cluster is not None:
+            run_info["cluster"] = cluster.shape
         write_atomically(os.path.join(run_dir, "config.json"), json.dumps(run_info, indent=2))
         summary_writer = v1.summary.FileWriter(run_dir, graph)
+        worker_log = None
+        if chief is not None:  # the ps tasks take this process's net, slots and counters
+            start = history or RunHistory({}, 0, AnnealStart())
+            totals = (start.env_steps, len(start.rows.get("episode", ())),
+                      int(start.rows["length"].sum()) if start.rows else 0)
+            chief.start(sess, json.dumps({"env": env_id, "config": dataclasses.asdict(cfg),
+                                          "seed": seed}), totals, start.anneal_start)
+            checkpoints.before_save = chief.download
+            worker_log = remote.log = ClusterLog(cfg, cluster.task, totals, start.anneal_start)
         for worker in workers:
-            worker.prepare(sess, seed)
+            worker.prepare(sess, seed, remote)
         checkpoints.best.prepare(sess)
-        log = EpisodeLog(run_dir, cfg, summary_writer, history)  # the clock starts with the workers
+        # the clock starts with the workers
+        log = EpisodeLog(run_dir, cfg, summary_writer, history, cluster=cluster is not None)
+        worker_log = worker_log or log
         # a resumed run's next candidate must beat its CSV's best mean-100 too
         checkpoints.best.best_tried = max(checkpoints.best.best_tried, log.best_running)
     except BaseException as exc:
@@ -1274,6 +1663,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             worker.close()
         if checkpoints is not None:
             checkpoints.best.close()
+        if remote is not None:
+            remote.close()
         if not isinstance(exc, KeyboardInterrupt):
             raise
         if resume_dir is not None:
@@ -1293,20 +1684,14 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     error = None
     interrupted = False
     try:
+        if cluster is not None:
+            where += (f"; the chief of a cluster of {len(cluster.spec['ps'])} ps and "
+                      f"{len(cluster.spec['worker'])} worker processes")
         console.say(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs"
                     f"{where}; results in {run_dir}")
-        for worker in workers:
-            def run(worker=worker):  # bind this worker now, not the loop variable's last value
-                with coord.stop_on_exception():
-                    if layout is not None:
-                        os.sched_setaffinity(0, layout.workers)  # this thread only
-                    try:
-                        worker.work(coord, log)
-                    except Exception as exc:
-                        raise WorkerError(f"{worker.name} raised {type(exc).__name__}: {exc}") from exc
-            thread = threading.Thread(target=run, name=worker.name, daemon=True)
-            thread.start()
-            threads.append(thread)
+        if chief is not None:
+            chief.open()
+        threads += start_workers(workers, coord, worker_log, layout)
 
         def run_trials():
             with coord.stop_on_exception():
@@ -1322,9 +1707,11 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         thread = threading.Thread(target=run_trials, name="best_trials", daemon=True)
         thread.start()
         threads.append(thread)
-        supervise(coord, log, checkpoints, sess, cfg, console)
+        supervise(coord, log, checkpoints, sess, cfg, console, chief)
     except KeyboardInterrupt:
         interrupted = True
+    except WorkerError as exc:  # the cluster's ps tasks went away
+        error = exc
     except Exception as exc:  # the driver itself failed: the workers stop all the same
         error = WorkerError(f"the driver raised {type(exc).__name__}: {first_line(exc)}")
     try:
@@ -1335,6 +1722,10 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         except Exception as exc:  # a worker raised: the Coordinator stopped the others
             error = error or exc
         stuck = [thread.name for thread in threads if thread.is_alive()]
+        if chief is not None:
+            if attempt("collect the cluster's last episodes and global net", chief.finish,
+                       sess, log) is None:
+                checkpoints.before_save = None  # the ps is gone: save the last copy there is
         final = log.progress()  # the workers have stopped: the clock stops too
         attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps)
         if "best_trials" not in stuck:  # else it may still be playing: best/ stays as it is
@@ -1352,6 +1743,9 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             attempt("close the trial environments", checkpoints.best.close)
         plot_path = attempt("draw rewards.png", plot_rewards, run_dir, env_id,
                             show_plot and error is None and not interrupted)
+        if chief is not None:
+            attempt("tell the ps tasks to stop", chief.shutdown)
+            attempt("close the session with the ps tasks", remote.close)
     except KeyboardInterrupt:
         how = "interrupted twice" if interrupted else "interrupted while finishing the run"
         why = f" (training had stopped: {error})" if error is not None else ""
@@ -1368,15 +1762,137 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     return final
 
 
+def start_workers(workers: list, coord, log, layout) -> list:
+    """A thread per worker, running its loop under the Coordinator; returns the threads."""
+    threads = []
+    for worker in workers:
+        def run(worker=worker):  # bind this worker now, not the loop variable's last value
+            with coord.stop_on_exception():
+                if layout is not None:
+                    os.sched_setaffinity(0, layout.workers)  # this thread only
+                try:
+                    worker.work(coord, log)
+                except Exception as exc:
+                    raise WorkerError(f"{worker.name} raised {type(exc).__name__}: {exc}") from exc
+        thread = threading.Thread(target=run, name=worker.name, daemon=True)
+        thread.start()
+        threads.append(thread)
+    return threads
+
+
+def start_cluster_task(cluster) -> "v1.train.Server":
+    """This process's TensorFlow server, once every ps task answers (UsageError: its port is
+    taken, or no ps came within cluster.PS_WAIT_S)."""
+    try:
+        server = cluster_module.start_server(tf, cluster)
+        cluster_module.wait_for_ps(cluster)
+    except cluster_module.ClusterError as exc:
+        raise UsageError(str(exc)) from None
+    return server
+
+
+def resume_hint() -> str:
+    return ("the chief's last checkpoint keeps the run: resume it on the chief's machine with "
+            "--resume RUN_DIR and the same cluster")
+
+
+def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optional[str],
+                    out=None) -> int:
+    """A worker process other than the chief: it takes the run's env and config from the chief
+    (through ps task 0), trains with its own threads and writes nothing; its episodes go to the
+    chief. Returns 0 when the run is over, 1 if the chief or a ps task went away or a worker
+    raised, 130 on Ctrl-C (or SIGTERM). A process started again with the same command rejoins."""
+    console = Console(out or sys.stdout)
+    server = start_cluster_task(cluster)
+    graph = tf.Graph()
+    with graph.as_default():
+        control = cluster_module.control_variables(tf, len(cluster.spec["worker"]))
+    control_sess = cluster_module.ps_session(tf, cluster, graph)
+    watch = cluster_module.ChiefWatch(tf, control_sess, control)
+    deadline = time.time() + cluster_module.CHIEF_WAIT_S
+    while (state := watch.state()) == "waiting":
+        if time.time() > deadline:
+            raise UsageError(f"the chief (worker task 0) did not open the run within "
+                             f"{cluster_module.CHIEF_WAIT_S:.0f} s; start it with the same cluster file")
+        time.sleep(0.5)
+    if state != "running":
+        raise UsageError(f"the cluster's run is {'over' if state in ('done', 'shutdown') else 'gone'}"
+                         f" (the chief is {state}); nothing to join")
+    run = json.loads(control_sess.run(control.config).decode())
+    totals, anneal_start = control_sess.run([control.totals, control.anneal_start])
+    if env_id is not None and env_id != run["env"]:
+        raise UsageError(f"--env {env_id}: the cluster's run trains {run['env']}; a worker "
+                         f"process takes the chief's env and config (drop --env)")
+    cfg = config_module.from_dict(run["config"])
+    if workers is not None:
+        cfg = checked(dataclasses.replace(cfg, workers=workers))
+    seed = int(np.random.SeedSequence([run["seed"], cluster.task]).generate_state(1)[0])
+    spec = probe_spec(run["env"], cfg)
+    local = tf.Graph()
+    with local.as_default():
+        v1.set_random_seed(seed)
+        _, worker_nets = build_graph(spec, cfg)
+        for net in worker_nets:
+            net.fed = net.feedable_params()
+        init = v1.global_variables_initializer()
+    remote = RemoteGlobal(spec, cfg, cluster, server)
+    layout = cpu_layout(cfg)
+    sess = open_session(local, layout)
+    sess.run(init)
+    remote.log = ClusterLog(cfg, cluster.task, totals, AnnealStart(*anneal_start))
+    workers_here = [Worker(i, net, run["env"], spec, cfg) for i, net in enumerate(worker_nets)]
+    for worker in workers_here:
+        worker.prepare(sess, seed, remote)
+    coord = v1.train.Coordinator()
+    threads = start_workers(workers_here, coord, remote.log, layout)
+    console.say(f"worker process {cluster.task} joined the run of {run['env']} at "
+                f"{int(totals[0]):,} env steps with {cfg.workers} workers x {cfg.envs_per_worker} envs")
+    outcome, error = "done", None
+    try:
+        while not coord.wait_for_stop(0.5):
+            state = watch.state()
+            if state in ("done", "shutdown", "silent", "lost"):
+                outcome = state
+                coord.request_stop()
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+    coord.request_stop()
+    try:
+        coord.join(threads, stop_grace_period_secs=30, ignore_live_threads=True)
+    except Exception as exc:
+        error = exc
+    if outcome in ("done", "interrupted") and error is None:
+        attempt("send the last episodes to the chief", remote.flush)
+    for worker in workers_here:
+        attempt(f"close {worker.name}'s environments", worker.close)
+    attempt("close the session", sess.close)
+    attempt("close the session with the ps tasks", remote.close)
+    attempt("close the control session", close_remote_session, control_sess)
+    if outcome == "silent":
+        warn(f"the chief (worker task 0) has been silent for {cluster_module.CHIEF_SILENCE_S:.0f} s, "
+             f"so this process stopped; {resume_hint()}")
+        return 1
+    if outcome == "lost" or error is not None:
+        why = f"{first_line(error)}" if error is not None else "ps task 0 does not answer"
+        warn(f"worker process {cluster.task} stopped: {why}; if a ps task or the chief went away, "
+             f"{resume_hint()}")
+        return 1
+    console.say(f"worker process {cluster.task}: {'interrupted' if outcome == 'interrupted' else 'the run is over'}")
+    return 130 if outcome == "interrupted" else 0
+
+
 def supervise(coord, log: EpisodeLog, checkpoints: "Checkpoints", sess, cfg: Config,
-              console: Console) -> None:
+              console: Console, chief: ChiefLink = None) -> None:
     """Until the workers stop: a progress line every log_every_s seconds and a checkpoint every
     checkpoint_every_s (the best checkpoint has a thread of its own). A checkpoint that fails (disk full,
-    folder moved) is reported and tried again at the next one; it does not end a long run."""
+    folder moved) is reported and tried again at the next one; it does not end a long run.
+    A cluster's chief also runs its ChiefLink's tick twice a second."""
     next_line = next_save = time.time()
     next_line += cfg.log_every_s
     next_save += cfg.checkpoint_every_s
     while not coord.wait_for_stop(min(max(min(next_line, next_save) - time.time(), 0.0), 0.5)):
+        if chief is not None:
+            chief.tick(sess, log, console.say)
         now = time.time()
         if now >= next_line:
             console.say(progress_line(log.progress()))
@@ -1446,8 +1962,11 @@ class Checkpoints:
         self.shared = shared
         self.slots = [v for v in shared if "/RMSProp" in v.op.name]
         self.best = BestCheckpoint(self.folder, global_net, spec, cfg, env_id, env_id_variable)
+        self.before_save = None
 
     def save(self, sess, env_steps: int) -> None:
+        if self.before_save is not None:  # a cluster's chief: the global net from the ps first
+            self.before_save(sess)
         sess.run(self.set_steps, {self.steps_in: env_steps})
         self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps,
                         write_meta_graph=False)  # nothing reads it; it is ~1 MB and GIL-bound
@@ -1963,10 +2482,13 @@ def plot_rewards(run_dir: str, env_id: str, show: bool) -> str:
 
 
 def read_episodes(path: str) -> dict:
-    """episodes.csv as a dict of NumPy columns."""
+    """episodes.csv as a dict of NumPy columns (with a process column if it has one)."""
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return {name: np.array([float(row[name]) for row in rows]) for name in EPISODE_COLUMNS}
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        names = EPISODE_COLUMNS + ([PROCESS_COLUMN] if PROCESS_COLUMN in (reader.fieldnames or ())
+                                   else [])
+    return {name: np.array([float(row[name]) for row in rows]) for name in names}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2005,6 +2527,16 @@ def parse_args(argv):
                         "as episode.gif into RUN_DIR")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of config.py, e.g. --set actor_lr=3e-4 (repeatable)")
+    parser.add_argument("--cluster", metavar="local:N|FILE", help="train on TensorFlow's distributed "
+                        "runtime: local:N starts 1 ps and N worker processes (of --workers threads "
+                        "each) on this machine's loopback; FILE is a cluster dict "
+                        '{"ps": ["host:port"], "worker": ["host:port", ...]} used with --job and '
+                        "--task, one command per process (worker task 0 is the chief: it writes the "
+                        "run folder). No authentication, no encryption: a trusted network only")
+    parser.add_argument("--job", choices=cluster_module.JOBS, help="with a cluster FILE: this "
+                        "process's job")
+    parser.add_argument("--task", type=int, help="with a cluster FILE: this process's index in "
+                        "its job's list")
     return parser.parse_args(argv)
 
 
@@ -2035,10 +2567,40 @@ def overrides_from_args(args) -> dict:
     return overrides
 
 
-def resume_config(args) -> tuple[str, Config]:
+def cluster_role(args):
+    """None (one process), N of --cluster local:N, or this process's cluster.Cluster."""
+    if args.cluster is None:
+        if args.job is not None or args.task is not None:
+            raise UsageError("--job and --task place this process in a cluster: they go with "
+                             "--cluster FILE")
+        return None
+    try:
+        count = cluster_module.parse_local(args.cluster)
+        if count is not None:
+            if args.job is not None or args.task is not None:
+                raise UsageError("--cluster local:N starts every process itself; --job and "
+                                 "--task go with a cluster file")
+            return count
+        return cluster_module.cluster_for(args.cluster, args.job, args.task)
+    except cluster_module.ClusterError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def describe_shape(shape: typing.Optional[dict]) -> str:
+    if shape is None:
+        return "in one process (no --cluster)"
+    return f"on {shape['ps']} ps and {shape['worker']} worker processes"
+
+
+def resume_config(args, cluster_shape: dict = None) -> tuple[str, Config]:
     """The (env id, config) to continue args.resume's run with: its own config, with only the
-    fields that cannot change what was learned taken from the command line."""
+    fields that cannot change what was learned taken from the command line. A cluster run goes
+    on with a cluster of the same shape, and a one-process run in one process."""
     env_id, saved = read_run(args.resume)
+    trained_on = read_run_info(args.resume).get("cluster")
+    if trained_on != cluster_shape:
+        raise UsageError(f"{args.resume} was trained {describe_shape(trained_on)}; resume it "
+                         f"the same way (it is being resumed {describe_shape(cluster_shape)})")
     if args.env != DEFAULT_ENV or args.workers is not None or args.seed is not None:
         raise UsageError("--resume continues a run with its own --env, --workers and --seed; "
                          "start a new run to change them")
@@ -2067,6 +2629,15 @@ def stop_like_ctrl_c(signum, frame):
     raise KeyboardInterrupt
 
 
+def stop_like_ctrl_c_or_exit(signum, frame):
+    """A cluster process: a stop as Ctrl-C, and an exit all the same if that stop has not
+    ended the process within cluster.STOP_GRACE_S (a call to a vanished ps can wait forever)."""
+    timer = threading.Timer(cluster_module.STOP_GRACE_S, os._exit, (130,))
+    timer.daemon = True
+    timer.start()
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if threading.current_thread() is threading.main_thread():
@@ -2075,9 +2646,13 @@ def main(argv=None) -> int:
         for name in ("SIGTERM", "SIGHUP"):
             number = getattr(signal, name, None)
             if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
-                signal.signal(number, stop_like_ctrl_c)
+                signal.signal(number, stop_like_ctrl_c if args.cluster is None
+                              else stop_like_ctrl_c_or_exit)
     try:
         if args.eval is not None:
+            if args.cluster is not None:
+                raise UsageError("--eval plays a run's checkpoint in this process, whatever "
+                                 "trained it; drop --cluster")
             if args.episodes < 1:
                 raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
             try:
@@ -2089,12 +2664,32 @@ def main(argv=None) -> int:
         if args.checkpoint is not None:
             raise UsageError("--checkpoint picks what --eval plays; --resume always continues "
                              "from the latest checkpoint")
+        cluster = cluster_role(args)
+        if cluster is not None and not isinstance(cluster, int) and not cluster.is_chief:
+            if cluster.job == "ps":
+                try:
+                    return cluster_module.run_ps(tf, cluster, lambda text: tell(sys.stdout, text))
+                except cluster_module.ClusterError as exc:
+                    raise UsageError(str(exc)) from None
+            return train_as_worker(cluster, args.workers,
+                                   None if args.env == DEFAULT_ENV else args.env)
+        shape = None if cluster is None else (
+            {"ps": 1, "worker": cluster} if isinstance(cluster, int) else cluster.shape)
         if args.resume is not None:
-            env_id, cfg = resume_config(args)
-            summary = train(env_id, cfg, show_plot=not args.no_plot, resume_dir=args.resume)
+            env_id, cfg = resume_config(args, shape)
         else:
-            cfg = config_from_args(args)
-            summary = train(args.env, cfg, args.results_dir, show_plot=not args.no_plot)
+            env_id, cfg = args.env, config_from_args(args)
+            if isinstance(cluster, int):
+                probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
+        if isinstance(cluster, int):
+            return cluster_module.launch_local(os.path.abspath(__file__), list(argv or sys.argv[1:]),
+                                               cluster, lambda text: tell(sys.stderr, text))
+        if args.resume is not None:
+            summary = train(env_id, cfg, show_plot=not args.no_plot, resume_dir=args.resume,
+                            cluster=cluster)
+        else:
+            summary = train(env_id, cfg, args.results_dir, show_plot=not args.no_plot,
+                            cluster=cluster)
     except UsageError as exc:
         tell(sys.stderr, f"a3c.py: error: {exc}")
         return 2

@@ -1,0 +1,396 @@
+"""Past one process: the cluster a run spans, the state its processes share besides the global net,
+and `--cluster local:N`, which starts and supervises a whole cluster on this machine.
+
+TensorFlow's own distributed runtime carries everything (tf.compat.v1.train.Server, ClusterSpec,
+replica_device_setter); a3c.py builds the A3C graphs on it. What lives here is not A3C: reading a
+cluster file, free loopback ports, the ps task's loop, the control variables every process reads,
+and the launcher that starts the ps and worker processes and makes sure none outlives it.
+
+Security: TensorFlow's gRPC servers have no authentication and no encryption, and each listens
+on every interface of its machine (TensorFlow binds 0.0.0.0:port whatever host the cluster names;
+local:N names 127.0.0.1, the tasks reach each other there). A cluster must run on a trusted
+private network.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import typing
+
+JOBS = ("ps", "worker")
+CHIEF_SILENCE_S = 10.0   # a chief whose heartbeat stalls this long is taken for dead
+PS_WAIT_S = 60.0         # how long a worker process waits for the ps tasks to answer at start
+CHIEF_WAIT_S = 120.0     # how long a non-chief worker process waits for the chief to set up
+WORKER_SILENCE_S = 10.0  # the chief reports a worker process that has not pushed for this long
+STOP_GRACE_S = 60.0      # the launcher's wait for processes to finish after a stop, then SIGKILL
+EPISODE_QUEUE_CAPACITY = 100_000
+
+# run/control on ps task 0, int64: what the chief tells every other process
+READY, DONE, HEARTBEAT, SHUTDOWN = range(4)
+
+
+class ClusterError(Exception):
+    """A cluster that cannot be used as given (bad file, index out of range, port in use)."""
+
+
+class Cluster(typing.NamedTuple):
+    """The cluster a process belongs to, and its own place in it."""
+    spec: dict   # TensorFlow's cluster dict: {"ps": ["host:port", ...], "worker": [...]}
+    job: str     # "ps" or "worker"
+    task: int
+
+    @property
+    def is_chief(self) -> bool:
+        return self.job == "worker" and self.task == 0
+
+    @property
+    def shape(self) -> dict:
+        return {job: len(self.spec[job]) for job in JOBS}
+
+    @property
+    def address(self) -> str:
+        return self.spec[self.job][self.task]
+
+
+def parse_local(value: str) -> typing.Optional[int]:
+    """N of "local:N", None for anything else (a cluster file, or inline JSON)."""
+    if not value.startswith("local:"):
+        return None
+    count = value[len("local:"):]
+    if not count.isdigit() or not 1 <= int(count) <= 64:
+        raise ClusterError(f"--cluster {value}: N in local:N must be a number of worker "
+                           f"processes from 1 to 64, e.g. local:2")
+    return int(count)
+
+
+def read_cluster_spec(value: str) -> dict:
+    """The cluster dict of a cluster file's path (or of inline JSON, which the launcher hands its
+    processes), checked: one "ps" and one "worker" list of distinct "host:port" strings."""
+    where = "the inline cluster" if value.lstrip().startswith("{") else value
+    try:
+        if value.lstrip().startswith("{"):
+            spec = json.loads(value)
+        else:
+            with open(value) as f:
+                spec = json.load(f)
+    except OSError as exc:
+        raise ClusterError(f"cannot read the cluster file {value}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ClusterError(f"{where} is not JSON ({exc.msg}, line {exc.lineno}); write "
+                           f'{{"ps": ["host:port"], "worker": ["host:port", ...]}}') from None
+    if not isinstance(spec, dict) or set(spec) != set(JOBS):
+        raise ClusterError(f'{where} must be a dict with exactly the jobs "ps" and "worker", '
+                           f'e.g. {{"ps": ["10.0.0.1:2222"], "worker": ["10.0.0.1:2223"]}}')
+    seen = set()
+    for job in JOBS:
+        tasks = spec[job]
+        if not isinstance(tasks, list) or not tasks:
+            raise ClusterError(f'{where}: "{job}" must be a non-empty list of "host:port" strings')
+        for address in tasks:
+            host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ClusterError(f'{where}: {job} address {address!r} is not "host:port"')
+            if address in seen:
+                raise ClusterError(f"{where}: {address} is listed twice; each task needs its own port")
+            seen.add(address)
+    return spec
+
+
+def cluster_for(value: str, job: typing.Optional[str], task: typing.Optional[int]) -> Cluster:
+    """This process's Cluster from --cluster FILE --job JOB --task I."""
+    if job is None or task is None:
+        raise ClusterError("a cluster file needs --job (ps or worker) and --task (this "
+                           "process's index in that job's list); --cluster local:N needs neither")
+    spec = read_cluster_spec(value)
+    if not 0 <= task < len(spec[job]):
+        raise ClusterError(f"--task {task} is out of range: the cluster has {len(spec[job])} "
+                           f"{job} task(s), numbered from 0")
+    return Cluster(spec, job, task)
+
+
+def check_port_free(cluster: Cluster) -> None:
+    """ClusterError if this task's port is taken here: TensorFlow's own error would come only
+    when its server starts, as a C++ abort on some versions."""
+    port = int(cluster.address.rpartition(":")[2])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError:
+            raise ClusterError(f"port {port} of {cluster.job} task {cluster.task} "
+                               f"({cluster.address}) is in use on this machine; free it or "
+                               f"give the task another port in the cluster file") from None
+
+
+def answers(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether something accepts TCP connections at host:port."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for_ps(cluster: Cluster, timeout_s: float = PS_WAIT_S) -> None:
+    """Return once every ps task accepts connections. A TensorFlow session would instead wait
+    forever ("CreateSession still waiting for response from worker"), whatever its timeouts."""
+    deadline = time.time() + timeout_s
+    missing = list(cluster.spec["ps"])
+    while missing:
+        missing = [address for address in missing if not answers(address)]
+        if missing and time.time() > deadline:
+            raise ClusterError(f"no ps task answers at {', '.join(missing)} after {timeout_s:.0f} s; "
+                               f"start it (--job ps --task N) with the same cluster file")
+        if missing:
+            time.sleep(0.5)
+
+
+def free_loopback_ports(count: int) -> list:
+    """Ports free on 127.0.0.1 now (held open together, so that no two are the same)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared control state (TensorFlow from here on: imported by a3c.py before these are used)
+# ---------------------------------------------------------------------------------------------
+
+class Control(typing.NamedTuple):
+    """Variables on ps task 0 that every process of a run builds under the same names, so that
+    they are one and the same there (between-graph replication shares variables by name)."""
+    flags: object        # int64 [4]: READY, DONE, HEARTBEAT, SHUTDOWN (set by the chief)
+    config: object       # string: {"env": ..., "config": ...} of the run, for the other workers
+    totals: object       # int64 [3]: env steps, episodes, env steps of finished episodes
+    pushes: object       # int64 [worker tasks]: pushes each worker process has made
+    anneal_start: object  # float64 [2]: AnnealStart of this part of the run
+    episodes: object     # FIFOQueue of finished episodes' rows, drained by the chief
+
+
+EPISODE_ROW_TYPES = ("int32", "int32", "float64", "int64", "float32", "float32", "int64")
+# process, worker, return, length, entropy, grad_norm, env_steps when it ended
+
+
+def control_variables(tf, workers: int) -> Control:
+    v1 = tf.compat.v1
+    zeros = v1.zeros_initializer()
+    with v1.device("/job:ps/task:0"):
+        return Control(
+            flags=v1.get_variable("run/control", [4], tf.int64, zeros, trainable=False),
+            config=v1.get_variable("run/config", [], tf.string, v1.constant_initializer(""),
+                                   trainable=False),
+            totals=v1.get_variable("run/totals", [3], tf.int64, zeros, trainable=False),
+            pushes=v1.get_variable("run/pushes", [workers], tf.int64, zeros, trainable=False),
+            anneal_start=v1.get_variable("run/anneal_start", [2], tf.float64, zeros,
+                                         trainable=False),
+            episodes=v1.FIFOQueue(EPISODE_QUEUE_CAPACITY, [getattr(tf, t) for t in EPISODE_ROW_TYPES],
+                                  shapes=[[]] * len(EPISODE_ROW_TYPES), shared_name="run/episodes",
+                                  name="run/episodes"))
+
+
+def start_server(tf, cluster: Cluster):
+    check_port_free(cluster)
+    try:
+        return tf.compat.v1.train.Server(tf.compat.v1.train.ClusterSpec(cluster.spec),
+                                         job_name=cluster.job, task_index=cluster.task)
+    except Exception as exc:
+        raise ClusterError(f"cannot start the {cluster.job} {cluster.task} server at "
+                           f"{cluster.address}: {str(exc).strip().splitlines()[0]}") from None
+
+
+def ps_session(tf, cluster: Cluster, graph):
+    """A session whose graph runs on the ps tasks, through ps task 0's own master.
+
+    Through this process's master a call to the ps costs ~1.6 ms of this process's CPU even for
+    one scalar op (the master splits each step between its own task and the ps, and drives the
+    ps's part over gRPC); through the ps's master ~0.2 ms, and ~0.55 ms of latency (loopback,
+    2 cores). So every op of these graphs sits on a ps task, and only the ps tasks are asked for."""
+    return tf.compat.v1.Session(f"grpc://{cluster.spec['ps'][0]}", graph=graph,
+                                config=tf.compat.v1.ConfigProto(device_filters=["/job:ps"],
+                                                                device_count={"GPU": 0}))
+
+
+class ChiefWatch:
+    """Reads the chief's flags; says when it has stopped (DONE, SHUTDOWN) or gone silent."""
+
+    def __init__(self, tf, sess, control: Control):
+        self.read = lambda: sess.run(control.flags)
+        self.errors = tf.errors
+        self.heartbeat, self.changed = None, time.time()
+
+    def state(self) -> str:
+        """'waiting' (no chief yet), 'running', 'done', 'shutdown', 'silent', or 'lost' (ps gone)."""
+        try:
+            flags = self.read()
+        except self.errors.FailedPreconditionError:  # not initialised: no chief yet
+            return "waiting"
+        except self.errors.OpError:  # unavailable, aborted, deadline exceeded: ps task 0 is gone
+            return "lost"
+        if flags[SHUTDOWN]:
+            return "shutdown"
+        if flags[DONE]:
+            return "done"
+        if not flags[READY]:
+            return "waiting"
+        now = time.time()
+        if flags[HEARTBEAT] != self.heartbeat:
+            self.heartbeat, self.changed = flags[HEARTBEAT], now
+        return "silent" if now - self.changed > CHIEF_SILENCE_S else "running"
+
+
+def run_ps(tf, cluster: Cluster, say) -> int:
+    """A ps task: serve the variables until the chief shuts the run down (0) or goes silent or
+    a ps task it depends on goes away (1). Server.join() would block forever."""
+    server = start_server(tf, cluster)
+    graph = tf.Graph()
+    with graph.as_default():
+        control = control_variables(tf, len(cluster.spec["worker"]))
+    sess = ps_session(tf, cluster, graph)
+    say(f"ps task {cluster.task} serving at {cluster.address}")
+    watch = ChiefWatch(tf, sess, control)
+    while True:
+        state = watch.state()
+        if state == "shutdown":
+            return 0
+        if state == "lost":
+            say("ps: lost ps task 0 (it holds the run's control state); stopping")
+            return 1
+        if state == "silent":
+            say(f"ps: the chief (worker task 0) has been silent for {CHIEF_SILENCE_S:.0f} s; "
+                f"stopping (resume the run from the chief's last checkpoint)")
+            return 1
+        time.sleep(0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# --cluster local:N: one ps and N worker processes on this machine
+# ---------------------------------------------------------------------------------------------
+
+def without_flags(argv: list, flags: tuple) -> list:
+    """argv with each of these flags (as "--flag VALUE" or "--flag=VALUE") taken out."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in flags:
+            skip = "=" not in arg
+            continue
+        kept.append(arg)
+    return kept
+
+
+def parent_death_signal():
+    """For a child, between fork and exec: SIGTERM when the launcher dies, even by SIGKILL
+    (Linux's PR_SET_PDEATHSIG; elsewhere nothing). libc is loaded here, in the parent: a child
+    of a threaded process must not load libraries."""
+    try:
+        import ctypes
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, int(signal.SIGTERM))
+
+
+def launch_local(script: str, argv: list, workers: int, say) -> int:
+    """Start a ps and `workers` worker processes of `script` on free 127.0.0.1 ports, each with
+    argv (less --cluster) plus its place in the cluster; show the chief's output, report the
+    others' ends; on Ctrl-C or SIGTERM stop the workers (the chief saves its checkpoint), then
+    the ps. Returns the chief's exit status. No child outlives this process."""
+    ports = free_loopback_ports(1 + workers)
+    spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
+    base = [sys.executable, script, *without_flags(argv, ("--cluster", "--job", "--task")),
+            "--cluster", json.dumps(spec)]
+    children = {}  # (job, task) -> Popen
+    die_with_parent = parent_death_signal()
+
+    def start(job, task):
+        quiet = not (job == "worker" and task == 0)  # one progress line: the chief's
+        children[job, task] = subprocess.Popen(
+            [*base, "--job", job, "--task", str(task)], start_new_session=True,
+            stdout=subprocess.DEVNULL if quiet else None, preexec_fn=die_with_parent)
+
+    stopping = []
+
+    def on_signal(signum, frame):
+        stopping.append(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(s) is not signal.SIG_IGN}
+    try:
+        start("ps", 0)
+        for task in range(workers):
+            start("worker", task)
+        reported = set()
+        stop_sent = None
+        while True:
+            chief = children["worker", 0]
+            if stopping and stop_sent is None:
+                say(f"a3c.py: stopping the cluster ({signal.Signals(stopping[0]).name}): the "
+                    f"chief writes its checkpoint, then every process ends")
+                for (job, task), child in children.items():
+                    if job == "worker" and child.poll() is None:
+                        child.send_signal(signal.SIGTERM)
+                stop_sent = time.time()
+            for key, child in children.items():
+                if key != ("worker", 0) and key not in reported and child.poll() is not None:
+                    reported.add(key)
+                    if child.returncode != 0 and chief.poll() is None and not stopping:
+                        say(f"a3c.py: {key[0]} process {key[1]} exited with status "
+                            f"{child.returncode}" + ("; the other workers go on" if key[0] == "worker"
+                                                     else ""))
+            if chief.poll() is not None:  # a signal's death as the shell reports it
+                code = chief.returncode
+                if code not in (0, 1, 2, 130) and not stopping:
+                    say(f"a3c.py: the chief (worker process 0) exited with status {code}; the run "
+                        f"folder keeps its last checkpoint (--resume RUN_DIR --cluster local:{workers})")
+                return 130 if stopping and code != 0 else (128 - code if code < 0 else code)
+            if stop_sent is not None and time.time() - stop_sent > STOP_GRACE_S:
+                say("a3c.py: the chief did not finish within "
+                    f"{STOP_GRACE_S:.0f} s of the stop; killing the cluster")
+                return 130
+            time.sleep(0.2)
+    finally:
+        stop_all(children, say)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def stop_all(children: dict, say) -> None:
+    """Workers first (SIGTERM: a clean stop), the ps last (it serves their final pulls); what is
+    still there after a grace period is killed."""
+    for job in ("worker", "ps"):
+        group = [c for (j, _), c in children.items() if j == job and c.poll() is None]
+        if job == "ps":  # it ends by itself once the chief has shut the run down
+            for child in group:
+                try:
+                    child.wait(3.0)
+                except subprocess.TimeoutExpired:
+                    pass
+            group = [c for c in group if c.poll() is None]
+        for child in group:
+            try:
+                child.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + (20.0 if job == "worker" else 5.0)
+        for child in group:
+            try:
+                child.wait(max(deadline - time.time(), 0.1))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()

@@ -1,0 +1,295 @@
+"""--cluster: real ps and worker processes on loopback gRPC, started by `--cluster local:2`."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import a3c
+import cluster
+from test_training import refused
+
+A3C = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "a3c.py")
+PENDULUM = ["--env", "Pendulum-v1", "--workers", "2", "--no-plot",
+            "--set", "checkpoint_every_s=1", "--set", "log_every_s=1"]
+
+
+def launch(argv, folder):
+    """a3c.py argv in a process of its own, its output in folder/{stdout,stderr}."""
+    return subprocess.Popen([sys.executable, A3C, *argv], cwd=folder,
+                            stdout=open(os.path.join(folder, "stdout"), "w"),
+                            stderr=open(os.path.join(folder, "stderr"), "w"))
+
+
+def output(folder, name):
+    with open(os.path.join(folder, name)) as f:
+        return f.read()
+
+
+def processes_mentioning(text):
+    """Pids of the processes whose command line contains text."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text in f.read().decode(errors="replace") and int(pid) != os.getpid():
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+def command_line(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode(errors="replace").split("\x00")[:-1]
+
+
+def wait_for(condition, timeout_s, what):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def csv_rows(results):
+    paths = [os.path.join(root, "episodes.csv") for root, _, files in os.walk(results)
+             if "episodes.csv" in files]
+    if not paths:
+        return None
+    try:
+        return a3c.read_episodes(paths[0]), os.path.dirname(paths[0])
+    except (KeyError, ValueError):  # a row being written
+        return None
+
+
+def finish(proc, timeout_s=120):
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the launcher did not end")
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    """local:2 on Pendulum with no step budget: worker process 1 is killed (SIGKILL) once its
+    episodes reach the chief's CSV; the run goes on; the chief reports it; the same command
+    starts it again and it rejoins; then the launcher gets a Ctrl-C."""
+    folder = str(tmp_path_factory.mktemp("cluster"))
+    results = os.path.join(folder, "results")
+    proc = launch([*PENDULUM, "--cluster", "local:2", "--results-dir", results,
+                   "--max-episodes", "0", "--max-steps", "100000000"], folder)
+    again = None
+    try:
+        def process_1_played(after=-1.0):
+            assert proc.poll() is None, output(folder, "stderr")
+            found = csv_rows(results)
+            return found if found and ((found[0]["process"] == 1)
+                                       & (found[0]["wall_s"] > after)).any() else None
+        rows, run_dir = wait_for(process_1_played, 150, "episodes of worker process 1")
+        [worker_1] = [pid for pid in processes_mentioning(results)
+                      if command_line(pid)[-4:] == ["--job", "worker", "--task", "1"]]
+        command = command_line(worker_1)
+        os.kill(worker_1, signal.SIGKILL)
+        killed_at = float(rows["wall_s"][-1])
+        wait_for(lambda: "worker process 1 has not pushed" in output(folder, "stdout"), 60,
+                 "the chief's report of the silent worker process")
+        silent_rows = csv_rows(results)[0]
+        os.makedirs(os.path.join(folder, "again"))
+        again = subprocess.Popen(command, cwd=os.path.join(folder, "again"),
+                                 stdout=open(os.path.join(folder, "again", "stdout"), "w"),
+                                 stderr=subprocess.STDOUT)
+        rejoined_at = float(silent_rows["wall_s"][-1])
+        wait_for(lambda: process_1_played(rejoined_at), 120, "episodes of the restarted process")
+        proc.send_signal(signal.SIGINT)
+        code = finish(proc)
+        again_code = again.wait(30)  # not the launcher's child: it ends when the chief says so
+    finally:
+        for p in (proc, again):
+            if p is not None and p.poll() is None:
+                p.kill()
+    left = processes_mentioning(results)
+    return dict(code=code, again_code=again_code, folder=folder, results=results, run_dir=run_dir,
+                killed_at=killed_at, silent_rows=silent_rows, rejoined_at=rejoined_at, left=left,
+                stderr=output(folder, "stderr"), stdout=output(folder, "stdout"),
+                again=output(os.path.join(folder, "again"), "stdout"))
+
+
+def test_ctrl_c_on_a_local_cluster_stops_every_process_and_keeps_a_checkpoint(stopped_run):
+    assert stopped_run["code"] == 130, stopped_run["stderr"]
+    assert stopped_run["left"] == [], "no process of the cluster outlives its launcher"
+    assert a3c.latest_checkpoint(os.path.join(stopped_run["run_dir"], "checkpoints"))
+    assert "stopping the cluster (SIGINT)" in stopped_run["stderr"]
+    assert re.search(r"^interrupted: episodes", stopped_run["stdout"], re.M), "the chief's summary"
+
+
+def test_both_processes_episodes_land_in_the_chiefs_csv_and_global_counters(stopped_run):
+    rows = a3c.read_episodes(os.path.join(stopped_run["run_dir"], "episodes.csv"))
+    assert set(rows["process"]) == {0, 1}
+    assert list(rows["episode"]) == list(range(1, len(rows["episode"]) + 1))
+    checkpoint = a3c.latest_checkpoint(os.path.join(stopped_run["run_dir"], "checkpoints"))
+    final_steps = int(checkpoint.rsplit("-", 1)[1])
+    # the ps's counter took both processes' steps: more than the chief's own episodes had
+    assert final_steps >= rows["length"].sum() > rows["length"][rows["process"] == 0].sum()
+    with open(os.path.join(stopped_run["run_dir"], "config.json")) as f:
+        assert json.load(f)["cluster"] == {"ps": 1, "worker": 2}
+
+
+def test_killing_a_worker_process_leaves_the_others_training(stopped_run):
+    assert "worker process 1 exited with status -9; the other workers go on" in stopped_run["stderr"]
+    assert "worker process 1 has not pushed for 10 s" in stopped_run["stdout"], "the chief saw it"
+    rows = stopped_run["silent_rows"]
+    after = rows["wall_s"] > stopped_run["killed_at"] + 4
+    assert after.sum() >= 32 and set(rows["process"][after]) == {0}
+
+
+def test_a_worker_process_started_again_with_the_same_command_rejoins(stopped_run):
+    assert "joined the run" in stopped_run["again"]
+    assert "worker process 1 pushes again" in stopped_run["stdout"]
+    rows = a3c.read_episodes(os.path.join(stopped_run["run_dir"], "episodes.csv"))
+    assert (rows["process"][rows["wall_s"] > stopped_run["rejoined_at"]] == 1).any()
+    assert stopped_run["again_code"] == 0, "it stops when the chief ends the run"
+
+
+def test_a_cluster_run_is_resumed_only_with_the_same_shape(stopped_run, capsys):
+    run_dir = stopped_run["run_dir"]
+    refused(["--resume", run_dir, "--cluster", "local:3"], capsys,
+            "on 1 ps and 2 worker processes", "on 1 ps and 3 worker processes")
+    refused(["--resume", run_dir], capsys, "on 1 ps and 2 worker processes", "in one process")
+
+
+def cluster_file(tmp_path, spec):
+    path = tmp_path / "cluster.json"
+    path.write_text(spec if isinstance(spec, str) else json.dumps(spec))
+    return str(path)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("{not json", ["is not JSON"]),
+    ({"worker": ["127.0.0.1:2222"]}, ['"ps" and "worker"']),
+    ({"ps": ["127.0.0.1:2222"], "worker": []}, ['"worker" must be a non-empty list']),
+    ({"ps": ["localhost"], "worker": ["127.0.0.1:2223"]}, ["'localhost' is not \"host:port\""]),
+    ({"ps": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2222"]}, ["listed twice"]),
+])
+def test_a_malformed_cluster_file_is_refused(spec, words, tmp_path, capsys):
+    out = tmp_path / "out"
+    refused(["--cluster", cluster_file(tmp_path, spec), "--job", "worker", "--task", "0",
+             "--results-dir", str(out)], capsys, *words)
+    assert not out.exists()
+
+
+def test_flags_that_do_not_fit_a_cluster_are_refused(tmp_path, capsys):
+    path = cluster_file(tmp_path, {"ps": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2223"]})
+    refused(["--cluster", path, "--job", "worker", "--task", "1"], capsys, "--task 1 is out of range")
+    refused(["--cluster", path, "--job", "worker"], capsys, "--task")
+    refused(["--cluster", str(tmp_path / "missing.json"), "--job", "ps", "--task", "0"], capsys,
+            "cannot read the cluster file")
+    refused(["--job", "worker", "--task", "0"], capsys, "--cluster FILE")
+    refused(["--cluster", "local:0"], capsys, "local:N")
+    refused(["--cluster", "local:2", "--job", "ps"], capsys, "local:N starts every process")
+    refused(["--eval", str(tmp_path), "--cluster", "local:2"], capsys, "drop --cluster")
+    # checked before any process starts
+    refused(["--cluster", "local:2", "--env", "NoSuchEnv-v9"], capsys, "NoSuchEnv-v9")
+    refused(["--cluster", "local:2", "--set", "gamma=2"], capsys, "gamma")
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("job", ["ps", "worker"])
+def test_a_port_in_use_is_refused_before_anything_is_written(job, tmp_path, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        addresses = {"ps": [f"127.0.0.1:{port + 1}"], "worker": [f"127.0.0.1:{port + 2}"]}
+        addresses[job] = [f"127.0.0.1:{port}"]
+        out = tmp_path / "out"
+        refused(["--cluster", cluster_file(tmp_path, addresses), "--job", job, "--task", "0",
+                 "--results-dir", str(out), "--no-plot"], capsys, f"port {port}", "in use")
+        assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def chief_killed(tmp_path_factory):
+    """A cluster file, one command per process; once worker process 1's episodes reach the
+    chief's CSV, the chief is killed (SIGKILL): how the ps and worker process 1 end."""
+    folder = str(tmp_path_factory.mktemp("chief_killed"))
+    results = os.path.join(folder, "results")
+    ports = cluster.free_loopback_ports(3)
+    path = os.path.join(folder, "cluster.json")
+    with open(path, "w") as f:
+        json.dump({"ps": [f"127.0.0.1:{ports[0]}"],
+                   "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}, f)
+    common = [*PENDULUM, "--cluster", path, "--results-dir", results, "--max-steps", "100000000"]
+
+    def start(job, task, name):
+        os.makedirs(os.path.join(folder, name))
+        return launch([*common, "--job", job, "--task", str(task)], os.path.join(folder, name))
+    procs = [start("ps", 0, "ps"), start("worker", 0, "chief"), start("worker", 1, "w1")]
+    try:
+        def process_1_played():
+            assert procs[1].poll() is None, output(os.path.join(folder, "chief"), "stderr")
+            return csv_rows(results) if csv_rows(results) and (
+                csv_rows(results)[0]["process"] == 1).any() else None
+        _, run_dir = wait_for(process_1_played, 150, "episodes of worker process 1")
+        time.sleep(1.5)  # a periodic checkpoint (every second) with both processes' steps
+        procs[1].kill()
+        died = time.time()
+        codes = [procs[0].wait(40), procs[2].wait(40)]
+        took = time.time() - died
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return dict(codes=codes, took=took, run_dir=run_dir, folder=folder,
+                ps=output(os.path.join(folder, "ps"), "stdout"),
+                w1=output(os.path.join(folder, "w1"), "stderr"))
+
+
+def test_when_the_chief_dies_the_other_processes_stop_within_seconds(chief_killed):
+    assert chief_killed["codes"] == [1, 1]
+    assert chief_killed["took"] < cluster.CHIEF_SILENCE_S + 10
+    assert "silent" in chief_killed["ps"]
+    assert "the chief (worker task 0) has been silent" in chief_killed["w1"]
+    assert "--resume RUN_DIR" in chief_killed["w1"]
+
+
+def test_a_cluster_run_resumes_from_the_chiefs_checkpoint_with_its_counters(chief_killed, capsys):
+    """The killed chief's run, resumed on a new cluster of the same shape (a ps process; the
+    chief in this process, worker process 1 not started)."""
+    run_dir = chief_killed["run_dir"]
+    before = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    checkpoint = a3c.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    steps_before = int(checkpoint.rsplit("-", 1)[1])
+    assert steps_before > before["length"][before["process"] == 0].sum(), "both processes' steps"
+    ports = cluster.free_loopback_ports(3)
+    spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
+    ps = subprocess.Popen([sys.executable, A3C, "--cluster", json.dumps(spec), "--job", "ps",
+                           "--task", "0"], stdout=subprocess.DEVNULL)
+    try:
+        code = a3c.main(["--resume", run_dir, "--cluster", json.dumps(spec), "--job", "worker",
+                         "--task", "0", "--no-plot", "--max-steps", str(steps_before + 6_000)])
+        assert ps.wait(20) == 0, "the chief shuts the ps down at the end"
+    finally:
+        if ps.poll() is None:
+            ps.kill()
+    console = capsys.readouterr()
+    assert code == 0, console.err
+    # from the checkpoint's count, or the CSV's if it recorded episodes after that checkpoint
+    resumed_at = int(max(steps_before, before["env_steps"].max()))
+    assert f"resumed at {resumed_at:,} env steps" in console.out
+    after = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    assert list(after["episode"]) == list(range(1, len(after["episode"]) + 1))
+    new = after["env_steps"][len(before["episode"]):]
+    assert len(new) and new.min() >= resumed_at and new.max() <= steps_before + 6_000 + 2 * 8 * 3
+    assert set(after["process"][len(before["episode"]):]) == {0}
+    summary = a3c.evaluate(run_dir, episodes=1, out=open(os.devnull, "w"))  # in one process
+    assert np.isfinite(summary["mean"])
