@@ -2682,8 +2682,10 @@ def main(argv=None) -> int:
             if isinstance(cluster, int):
                 probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
         if isinstance(cluster, int):
-            return cluster_module.launch_local(os.path.abspath(__file__), list(argv or sys.argv[1:]),
-                                               cluster, lambda text: tell(sys.stderr, text))
+            if argv is None:  # the command line: the launcher needs no TensorFlow, so drop it
+                cluster_module.become_launcher(os.path.abspath(__file__), sys.argv[1:], cluster)
+            return cluster_module.launch_local(os.path.abspath(__file__), list(argv), cluster,
+                                               lambda text: tell(sys.stderr, text))
         if args.resume is not None:
             summary = train(env_id, cfg, show_plot=not args.no_plot, resume_dir=args.resume,
                             cluster=cluster)

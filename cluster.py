@@ -394,3 +394,17 @@ def stop_all(children: dict, say) -> None:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+
+
+def become_launcher(script: str, argv: list, workers: int) -> None:
+    """Replace this process, which has TensorFlow loaded (~600 MB) to check the command line, by
+    the launcher, which needs none of it: same pid, so Ctrl-C and SIGTERM still reach it."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), "--launch", str(workers),
+                              script, *argv])
+
+
+if __name__ == "__main__" and len(sys.argv) >= 4 and sys.argv[1] == "--launch":
+    sys.exit(launch_local(sys.argv[3], sys.argv[4:], int(sys.argv[2]),
+                          lambda text: print(text, file=sys.stderr, flush=True)))
