@@ -1190,6 +1190,9 @@ class RemoteGlobal:
                 self.row_feeds = [v1.placeholder(getattr(tf, t), [None])
                                   for t in cluster_module.EPISODE_ROW_TYPES]
                 self.enqueue = self.control.episodes.enqueue_many(self.row_feeds)
+                self.finished_value = v1.placeholder(tf.int64, [])
+                self.set_finished = v1.scatter_update(self.control.finished, [cluster.task],
+                                                      tf.reshape(self.finished_value, [1]))
                 self.variables = v1.global_variables()
         self.sess = cluster_module.ps_session(tf, cluster, self.graph)
         flat = [g for group in self.grads for g in group]
@@ -1234,12 +1237,17 @@ class RemoteGlobal:
 
     def flush(self) -> None:
         """What the process's threads counted but did not push yet (the last rollouts'
-        episodes), to the ps: a worker process calls this when its threads have stopped."""
+        episodes), to the ps, and a mark that this process has sent all it had: a worker
+        process calls this when its threads have stopped (the chief waits for the marks)."""
         counts, rows = self.log.take()
         if rows:
             self.send(rows)
         if counts.any():
             self.sess.run(self.add_counts, {self.counts: counts})
+        self.mark_finished(1)
+
+    def mark_finished(self, value: int) -> None:
+        self.sess.run(self.set_finished, {self.finished_value: value})
 
     def close(self) -> None:
         close_remote_session(self.sess)
@@ -1356,23 +1364,36 @@ class ChiefLink:
             self.queue_size = control.episodes.size()
             self.take_count = v1.placeholder(tf.int32, [])
             self.dequeue = control.episodes.dequeue_up_to(self.take_count)
-            self.read_state = [control.totals, control.pushes]
+            self.read_state = [control.totals, control.pushes, control.finished]
         self.param_positions = [names.index(n) for n in self.params]
         self.last_pushes, self.last_change, self.silent = None, {}, set()
         self.next_param_sync = 0.0
+        self.heart_stops = threading.Event()
 
     def start(self, sess, run_config: str, totals, anneal_start: AnnealStart) -> None:
         """Put this process's global net, slots and counters on the ps tasks and open the run."""
         remote = self.remote.sess
         remote.run(self.init)
+        left = int(remote.run(self.queue_size))  # rows of an earlier run on a ps that outlived it
+        if left:
+            remote.run(self.dequeue, {self.take_count: left})
         values = sess.run(self.local)
         remote.run(self.put_remote, dict(zip(self.remote_feeds, values)))
         remote.run(self.set_start, dict(zip(self.start_values, [
             run_config, np.array(totals, np.int64), np.array(anneal_start, np.float64)])))
 
     def open(self) -> None:
-        """Let the other worker processes in; from now on the chief's heartbeat must go on."""
+        """Let the other worker processes in, and start the heartbeat they and the ps tasks
+        watch: a thread of its own, beating until shutdown (through the final saves too)."""
         self.flag(cluster_module.READY, 1)
+
+        def beat():
+            while not self.heart_stops.wait(0.5):
+                try:
+                    self.remote.sess.run(self.beat)
+                except tf.errors.OpError:  # the ps is gone: the supervisor finds out too
+                    return
+        threading.Thread(target=beat, name="chief_heartbeat", daemon=True).start()
 
     def flag(self, index: int, value: int) -> None:
         self.remote.sess.run(self.set_flag, {self.flag_index: index, self.flag_value: value})
@@ -1385,8 +1406,8 @@ class ChiefLink:
                  {self.feeds[i]: value for i, value in zip(positions, values)})
 
     def tick(self, sess, log: EpisodeLog, say) -> None:
-        """Once per supervisor loop: heartbeat, episodes, counters, silent workers, and every
-        2 s the parameters the trials copy."""
+        """Once per supervisor loop: episodes, counters, silent workers, and every 2 s the
+        parameters the trials copy."""
         try:
             self.beat_and_collect(sess, log, say)
         except tf.errors.OpError as exc:
@@ -1395,7 +1416,6 @@ class ChiefLink:
                               f"(at most a few seconds old)") from None
 
     def beat_and_collect(self, sess, log: EpisodeLog, say) -> None:
-        self.remote.sess.run(self.beat)
         self.collect(log)
         now = time.time()
         if now >= self.next_param_sync:
@@ -1427,23 +1447,26 @@ class ChiefLink:
                            process=int(row[0]), env_steps=int(row[6]))
         log.count_to(int(self.remote.sess.run(self.read_state[0])[0]))
 
-    def finish(self, sess, log: EpisodeLog) -> None:
-        """Tell the other processes the run is over, collect their last episodes once their
-        pushes have stopped (5 s at most), and bring the global net home for the checkpoint."""
+    def finish(self, sess, log: EpisodeLog) -> bool:
+        """Tell the other processes the run is over; once every one still pushing has sent its
+        last episodes (30 s at most), collect them and bring the global net home for the
+        checkpoint."""
         self.flag(cluster_module.DONE, 1)
-        deadline, before = time.time() + 5.0, None
+        deadline = time.time() + 30.0
         while time.time() < deadline:
-            pushes = self.remote.sess.run(self.read_state[1])
-            if before is not None and np.array_equal(pushes, before):
+            _, pushes, finished = self.remote.sess.run(self.read_state)
+            pushing = [task for task in range(1, len(pushes))
+                       if pushes[task] and task not in self.silent]
+            if all(finished[task] for task in pushing):
                 break
-            before = pushes
-            time.sleep(1.0)
-        time.sleep(0.5)  # their final flush follows their last push
+            time.sleep(0.2)
         self.collect(log)
         self.download(sess)
+        return True
 
     def shutdown(self) -> None:
         """The ps tasks may go: the chief has what it needs."""
+        self.heart_stops.set()
         self.flag(cluster_module.SHUTDOWN, 1)
 
 
@@ -1645,7 +1668,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             totals = (start.env_steps, len(start.rows.get("episode", ())),
                       int(start.rows["length"].sum()) if start.rows else 0)
             chief.start(sess, json.dumps({"env": env_id, "config": dataclasses.asdict(cfg),
-                                          "seed": seed}), totals, start.anneal_start)
+                                          "seed": seed, "cluster": cluster.spec}),
+                        totals, start.anneal_start)
             checkpoints.before_save = chief.download
             worker_log = remote.log = ClusterLog(cfg, cluster.task, totals, start.anneal_start)
         for worker in workers:
@@ -1723,6 +1747,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             error = error or exc
         stuck = [thread.name for thread in threads if thread.is_alive()]
         if chief is not None:
+            if not stuck:  # its own threads' last episodes, like any worker process's
+                attempt("send the last episodes", remote.flush)
             if attempt("collect the cluster's last episodes and global net", chief.finish,
                        sess, log) is None:
                 checkpoints.before_save = None  # the ps is gone: save the last copy there is
@@ -1812,20 +1838,27 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
     deadline = time.time() + cluster_module.CHIEF_WAIT_S
     while (state := watch.state()) == "waiting":
         if time.time() > deadline:
-            raise UsageError(f"the chief (worker task 0) did not open the run within "
-                             f"{cluster_module.CHIEF_WAIT_S:.0f} s; start it with the same cluster file")
+            warn(f"the chief (worker task 0) did not open the run within "
+                 f"{cluster_module.CHIEF_WAIT_S:.0f} s; start it with the same cluster file, then this")
+            close_remote_session(control_sess)
+            return 1
         time.sleep(0.5)
     if state != "running":
+        close_remote_session(control_sess)
         raise UsageError(f"the cluster's run is {'over' if state in ('done', 'shutdown') else 'gone'}"
                          f" (the chief is {state}); nothing to join")
     run = json.loads(control_sess.run(control.config).decode())
     totals, anneal_start = control_sess.run([control.totals, control.anneal_start])
+    if run["cluster"] != cluster.spec:
+        close_remote_session(control_sess)
+        raise UsageError(f"this process's cluster {json.dumps(cluster.spec)} is not the chief's "
+                         f"{json.dumps(run['cluster'])}; give every process the same cluster file")
     if env_id is not None and env_id != run["env"]:
+        close_remote_session(control_sess)
         raise UsageError(f"--env {env_id}: the cluster's run trains {run['env']}; a worker "
                          f"process takes the chief's env and config (drop --env)")
-    cfg = config_module.from_dict(run["config"])
-    if workers is not None:
-        cfg = checked(dataclasses.replace(cfg, workers=workers))
+    run_cfg = config_module.from_dict(run["config"])  # the global net's, and its learning rates
+    cfg = run_cfg if workers is None else checked(dataclasses.replace(run_cfg, workers=workers))
     seed = int(np.random.SeedSequence([run["seed"], cluster.task]).generate_state(1)[0])
     spec = probe_spec(run["env"], cfg)
     local = tf.Graph()
@@ -1835,7 +1868,8 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
         for net in worker_nets:
             net.fed = net.feedable_params()
         init = v1.global_variables_initializer()
-    remote = RemoteGlobal(spec, cfg, cluster, server)
+    remote = RemoteGlobal(spec, run_cfg, cluster, server)  # the chief's rates, whatever --workers
+    remote.mark_finished(0)  # (a process that rejoins)
     layout = cpu_layout(cfg)
     sess = open_session(local, layout)
     sess.run(init)
@@ -1861,11 +1895,15 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
         coord.join(threads, stop_grace_period_secs=30, ignore_live_threads=True)
     except Exception as exc:
         error = exc
-    if outcome in ("done", "interrupted") and error is None:
+    stuck = [thread.name for thread in threads if thread.is_alive()]
+    if outcome in ("done", "interrupted") and error is None and not stuck:
         attempt("send the last episodes to the chief", remote.flush)
-    for worker in workers_here:
-        attempt(f"close {worker.name}'s environments", worker.close)
-    attempt("close the session", sess.close)
+    if stuck:  # closing what a running thread uses could crash the process
+        warn(f"{', '.join(stuck)} did not stop within 30 s; leaving without closing")
+    else:
+        for worker in workers_here:
+            attempt(f"close {worker.name}'s environments", worker.close)
+        attempt("close the session", sess.close)
     attempt("close the session with the ps tasks", remote.close)
     attempt("close the control session", close_remote_session, control_sess)
     if outcome == "silent":
@@ -2650,9 +2688,9 @@ def main(argv=None) -> int:
                               else stop_like_ctrl_c_or_exit)
     try:
         if args.eval is not None:
-            if args.cluster is not None:
+            if args.cluster is not None or args.job is not None or args.task is not None:
                 raise UsageError("--eval plays a run's checkpoint in this process, whatever "
-                                 "trained it; drop --cluster")
+                                 "trained it; drop --cluster, --job and --task")
             if args.episodes < 1:
                 raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
             try:

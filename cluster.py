@@ -23,11 +23,14 @@ import time
 import typing
 
 JOBS = ("ps", "worker")
-CHIEF_SILENCE_S = 10.0   # a chief whose heartbeat stalls this long is taken for dead
+CHIEF_SILENCE_S = 10.0   # a chief whose heartbeat stalls this long is taken for dead (the ps
+PS_CHIEF_SILENCE_S = 20.0  # waits longer: the other workers' last calls go to it)
+CALL_TIMEOUT_MS = 60_000  # a call to the ps tasks that takes longer fails (a lost machine, a partition)
 PS_WAIT_S = 60.0         # how long a worker process waits for the ps tasks to answer at start
-CHIEF_WAIT_S = 120.0     # how long a non-chief worker process waits for the chief to set up
+CHIEF_WAIT_S = 300.0     # how long a non-chief worker process waits for the chief to set up
 WORKER_SILENCE_S = 10.0  # the chief reports a worker process that has not pushed for this long
-STOP_GRACE_S = 60.0      # the launcher's wait for processes to finish after a stop, then SIGKILL
+STOP_GRACE_S = 60.0      # a stopped cluster process exits by force after this long
+LAUNCHER_GRACE_S = 90.0  # the launcher's wait for the chief to finish after a stop, then SIGKILL
 EPISODE_QUEUE_CAPACITY = 100_000
 
 # run/control on ps task 0, int64: what the chief tells every other process
@@ -83,6 +86,9 @@ def read_cluster_spec(value: str) -> dict:
     except json.JSONDecodeError as exc:
         raise ClusterError(f"{where} is not JSON ({exc.msg}, line {exc.lineno}); write "
                            f'{{"ps": ["host:port"], "worker": ["host:port", ...]}}') from None
+    except ValueError:  # not UTF-8
+        raise ClusterError(f"{where} is not a JSON text file; write "
+                           f'{{"ps": ["host:port"], "worker": ["host:port", ...]}}') from None
     if not isinstance(spec, dict) or set(spec) != set(JOBS):
         raise ClusterError(f'{where} must be a dict with exactly the jobs "ps" and "worker", '
                            f'e.g. {{"ps": ["10.0.0.1:2222"], "worker": ["10.0.0.1:2223"]}}')
@@ -93,7 +99,7 @@ def read_cluster_spec(value: str) -> dict:
             raise ClusterError(f'{where}: "{job}" must be a non-empty list of "host:port" strings')
         for address in tasks:
             host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
                 raise ClusterError(f'{where}: {job} address {address!r} is not "host:port"')
             if address in seen:
                 raise ClusterError(f"{where}: {address} is listed twice; each task needs its own port")
@@ -177,6 +183,7 @@ class Control(typing.NamedTuple):
     totals: object       # int64 [3]: env steps, episodes, env steps of finished episodes
     pushes: object       # int64 [worker tasks]: pushes each worker process has made
     anneal_start: object  # float64 [2]: AnnealStart of this part of the run
+    finished: object     # int64 [worker tasks]: 1 once a worker process has sent its last rows
     episodes: object     # FIFOQueue of finished episodes' rows, drained by the chief
 
 
@@ -196,6 +203,7 @@ def control_variables(tf, workers: int) -> Control:
             pushes=v1.get_variable("run/pushes", [workers], tf.int64, zeros, trainable=False),
             anneal_start=v1.get_variable("run/anneal_start", [2], tf.float64, zeros,
                                          trainable=False),
+            finished=v1.get_variable("run/finished", [workers], tf.int64, zeros, trainable=False),
             episodes=v1.FIFOQueue(EPISODE_QUEUE_CAPACITY, [getattr(tf, t) for t in EPISODE_ROW_TYPES],
                                   shapes=[[]] * len(EPISODE_ROW_TYPES), shared_name="run/episodes",
                                   name="run/episodes"))
@@ -219,16 +227,20 @@ def ps_session(tf, cluster: Cluster, graph):
     ps's part over gRPC); through the ps's master ~0.2 ms, and ~0.55 ms of latency (loopback,
     2 cores). So every op of these graphs sits on a ps task, and only the ps tasks are asked for."""
     return tf.compat.v1.Session(f"grpc://{cluster.spec['ps'][0]}", graph=graph,
-                                config=tf.compat.v1.ConfigProto(device_filters=["/job:ps"],
-                                                                device_count={"GPU": 0}))
+                                config=tf.compat.v1.ConfigProto(
+                                    device_filters=["/job:ps"], device_count={"GPU": 0},
+                                    operation_timeout_in_ms=CALL_TIMEOUT_MS))
 
 
 class ChiefWatch:
-    """Reads the chief's flags; says when it has stopped (DONE, SHUTDOWN) or gone silent."""
+    """Reads the chief's flags; says when it has stopped (DONE, SHUTDOWN) or gone silent. Its
+    heartbeat beats from the moment it opens the run until it shuts it down, so silence counts
+    in every state after the first beat."""
 
-    def __init__(self, tf, sess, control: Control):
+    def __init__(self, tf, sess, control: Control, silence_s: float = CHIEF_SILENCE_S):
         self.read = lambda: sess.run(control.flags)
         self.errors = tf.errors
+        self.silence_s = silence_s
         self.heartbeat, self.changed = None, time.time()
 
     def state(self) -> str:
@@ -241,14 +253,14 @@ class ChiefWatch:
             return "lost"
         if flags[SHUTDOWN]:
             return "shutdown"
-        if flags[DONE]:
-            return "done"
-        if not flags[READY]:
-            return "waiting"
         now = time.time()
         if flags[HEARTBEAT] != self.heartbeat:
             self.heartbeat, self.changed = flags[HEARTBEAT], now
-        return "silent" if now - self.changed > CHIEF_SILENCE_S else "running"
+        if flags[HEARTBEAT] and now - self.changed > self.silence_s:
+            return "silent"
+        if flags[DONE]:
+            return "done"
+        return "running" if flags[READY] else "waiting"
 
 
 def run_ps(tf, cluster: Cluster, say) -> int:
@@ -260,7 +272,7 @@ def run_ps(tf, cluster: Cluster, say) -> int:
         control = control_variables(tf, len(cluster.spec["worker"]))
     sess = ps_session(tf, cluster, graph)
     say(f"ps task {cluster.task} serving at {cluster.address}")
-    watch = ChiefWatch(tf, sess, control)
+    watch = ChiefWatch(tf, sess, control, PS_CHIEF_SILENCE_S)
     while True:
         state = watch.state()
         if state == "shutdown":
@@ -269,7 +281,7 @@ def run_ps(tf, cluster: Cluster, say) -> int:
             say("ps: lost ps task 0 (it holds the run's control state); stopping")
             return 1
         if state == "silent":
-            say(f"ps: the chief (worker task 0) has been silent for {CHIEF_SILENCE_S:.0f} s; "
+            say(f"ps: the chief (worker task 0) has been silent for {PS_CHIEF_SILENCE_S:.0f} s; "
                 f"stopping (resume the run from the chief's last checkpoint)")
             return 1
         time.sleep(0.5)
@@ -359,9 +371,9 @@ def launch_local(script: str, argv: list, workers: int, say) -> int:
                     say(f"a3c.py: the chief (worker process 0) exited with status {code}; the run "
                         f"folder keeps its last checkpoint (--resume RUN_DIR --cluster local:{workers})")
                 return 130 if stopping and code != 0 else (128 - code if code < 0 else code)
-            if stop_sent is not None and time.time() - stop_sent > STOP_GRACE_S:
+            if stop_sent is not None and time.time() - stop_sent > LAUNCHER_GRACE_S:
                 say("a3c.py: the chief did not finish within "
-                    f"{STOP_GRACE_S:.0f} s of the stop; killing the cluster")
+                    f"{LAUNCHER_GRACE_S:.0f} s of the stop; killing the cluster")
                 return 130
             time.sleep(0.2)
     finally:
