@@ -1175,7 +1175,7 @@ class RemoteGlobal:
             self.control = cluster_module.control_variables(tf, len(cluster.spec["worker"]))
             with v1.device(ps_0):
                 self.counts = v1.placeholder(tf.int64, [3], "counts")  # env steps, episodes, their steps
-                self.add_counts = self.control.totals.assign_add(self.counts)
+                self.add_counts = tf.identity(self.control.totals.assign_add(self.counts))
                 with tf.control_dependencies([apply]):  # (identity: a resource assign's value)
                     totals = tf.identity(self.control.totals.assign_add(self.counts))
                     mark = tf.identity(v1.scatter_add(self.control.pushes, [cluster.task],
@@ -1223,7 +1223,7 @@ class RemoteGlobal:
             *params, totals, _ = self.push(*grads, feeds[-1], counts)
             if rows:
                 self.send(rows)
-            self.log.settle(totals)
+            self.log.settle(totals, counts)
             put(*params)
             return entropy, grad_norm
         del state_count  # the current state is carried by the worker: the next act call reads it
@@ -1243,7 +1243,7 @@ class RemoteGlobal:
         if rows:
             self.send(rows)
         if counts.any():
-            self.sess.run(self.add_counts, {self.counts: counts})
+            self.log.settle(self.sess.run(self.add_counts, {self.counts: counts}), counts)
         self.mark_finished(1)
 
     def mark_finished(self, value: int) -> None:
@@ -1281,13 +1281,14 @@ class ClusterLog:
         self.lock = threading.Lock()
         self.totals = np.array(totals, np.int64)  # env steps, episodes, env steps of those
         self.pending = np.zeros(3, np.int64)
+        self.in_flight = np.zeros(3, np.int64)  # taken by pushes not answered yet
         self.rows = []
         self.anneal_start = anneal_start
         self.lr_fraction_now = anneal_start.lr_fraction
 
     @property
     def env_steps(self) -> int:
-        return int(self.totals[0] + self.pending[0])
+        return int(self.totals[0] + self.pending[0] + self.in_flight[0])
 
     def add_steps(self, count: int) -> None:
         with self.lock:
@@ -1297,29 +1298,32 @@ class ClusterLog:
                grad_norm: float) -> None:
         with self.lock:
             self.rows.append((self.process, worker, episode_return, length, entropy, grad_norm,
-                              self.totals[0] + self.pending[0]))
+                              self.totals[0] + self.pending[0] + self.in_flight[0]))
             self.pending[1:] += (1, length)
 
     def take(self) -> tuple:
-        """(the counts not pushed yet, the rows not sent yet), both handed over."""
+        """(the counts not pushed yet, the rows not sent yet), both handed over to a push."""
         with self.lock:
             counts, rows = self.pending.copy(), self.rows
+            self.in_flight += counts
             self.pending[:] = 0
             self.rows = []
             return counts, rows
 
-    def settle(self, totals) -> None:
+    def settle(self, totals, counts) -> None:
+        """The global totals a push brought back, which include its counts."""
         with self.lock:
+            self.in_flight -= counts
             self.totals = np.maximum(self.totals, totals)
 
     def budget_used(self) -> float:
         with self.lock:
-            seen = self.totals + self.pending
+            seen = self.totals + self.pending + self.in_flight
         return budget_used(self.cfg, int(seen[1]), int(seen[0]))
 
     def lr_fraction(self) -> float:
         with self.lock:
-            steps, episodes, finished = self.totals + self.pending
+            steps, episodes, finished = self.totals + self.pending + self.in_flight
             self.lr_fraction_now = falling_lr_fraction(self.cfg, self.lr_fraction_now, int(episodes),
                                                        int(finished), int(steps), self.anneal_start)
             return self.lr_fraction_now
@@ -1885,7 +1889,7 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
     try:
         while not coord.wait_for_stop(0.5):
             state = watch.state()
-            if state in ("done", "shutdown", "silent", "lost"):
+            if state in ("done", "shutdown", "silent", "lost", "waiting"):  # waiting: a new chief
                 outcome = state
                 coord.request_stop()
     except KeyboardInterrupt:
@@ -1906,6 +1910,9 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
         attempt("close the session", sess.close)
     attempt("close the session with the ps tasks", remote.close)
     attempt("close the control session", close_remote_session, control_sess)
+    if outcome == "waiting":
+        warn("the chief (worker task 0) started the run anew; start this process again to join it")
+        return 1
     if outcome == "silent":
         warn(f"the chief (worker task 0) has been silent for {cluster_module.CHIEF_SILENCE_S:.0f} s, "
              f"so this process stopped; {resume_hint()}")
