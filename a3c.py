@@ -1373,6 +1373,8 @@ class ChiefLink:
         self.last_pushes, self.last_change, self.silent = None, {}, set()
         self.next_param_sync = 0.0
         self.heart_stops = threading.Event()
+        self.heart = None
+        self.ps_lost = False  # the ps stopped answering: no more calls to it at the end
 
     def start(self, sess, run_config: str, totals, anneal_start: AnnealStart) -> None:
         """Put this process's global net, slots and counters on the ps tasks and open the run."""
@@ -1385,19 +1387,23 @@ class ChiefLink:
         remote.run(self.put_remote, dict(zip(self.remote_feeds, values)))
         remote.run(self.set_start, dict(zip(self.start_values, [
             run_config, np.array(totals, np.int64), np.array(anneal_start, np.float64)])))
-
-    def open(self) -> None:
-        """Let the other worker processes in, and start the heartbeat they and the ps tasks
-        watch: a thread of its own, beating until shutdown (through the final saves too)."""
-        self.flag(cluster_module.READY, 1)
+        self.flag(cluster_module.RUN_ID, int(np.random.SeedSequence().generate_state(1)[0]))
+        # the heartbeat the others and the ps tasks watch: a thread of its own, beating from
+        # now until shutdown (through the rest of the set-up and the final saves too)
+        remote.run(self.beat)
 
         def beat():
             while not self.heart_stops.wait(0.5):
                 try:
                     self.remote.sess.run(self.beat)
-                except tf.errors.OpError:  # the ps is gone: the supervisor finds out too
-                    return
-        threading.Thread(target=beat, name="chief_heartbeat", daemon=True).start()
+                except Exception:  # a slow or lost ps: tick finds out; beat on while it may
+                    pass
+        self.heart = threading.Thread(target=beat, name="chief_heartbeat", daemon=True)
+        self.heart.start()
+
+    def open(self) -> None:
+        """Let the other worker processes in."""
+        self.flag(cluster_module.READY, 1)
 
     def flag(self, index: int, value: int) -> None:
         self.remote.sess.run(self.set_flag, {self.flag_index: index, self.flag_value: value})
@@ -1415,6 +1421,7 @@ class ChiefLink:
         try:
             self.beat_and_collect(sess, log, say)
         except tf.errors.OpError as exc:
+            self.ps_lost = True
             raise WorkerError(f"the ps tasks stopped answering ({first_line(exc)}); the final "
                               f"checkpoint holds the last global net the chief brought home "
                               f"(at most a few seconds old)") from None
@@ -1453,10 +1460,10 @@ class ChiefLink:
 
     def finish(self, sess, log: EpisodeLog) -> bool:
         """Tell the other processes the run is over; once every one still pushing has sent its
-        last episodes (30 s at most), collect them and bring the global net home for the
+        last episodes (15 s at most), collect them and bring the global net home for the
         checkpoint."""
         self.flag(cluster_module.DONE, 1)
-        deadline = time.time() + 30.0
+        deadline = time.time() + 15.0
         while time.time() < deadline:
             _, pushes, finished = self.remote.sess.run(self.read_state)
             pushing = [task for task in range(1, len(pushes))
@@ -1471,6 +1478,8 @@ class ChiefLink:
     def shutdown(self) -> None:
         """The ps tasks may go: the chief has what it needs."""
         self.heart_stops.set()
+        if self.heart is not None:
+            self.heart.join(5.0)
         self.flag(cluster_module.SHUTDOWN, 1)
 
 
@@ -1628,7 +1637,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     if cluster is not None:  # before anything is written: a port in use, no ps
         server = start_cluster_task(cluster)
 
-    run_dir, sess, workers, checkpoints, remote = resume_dir, None, [], None, None
+    run_dir, sess, workers, checkpoints, remote, chief = resume_dir, None, [], None, None, None
     try:
         graph = tf.Graph()
         with graph.as_default():
@@ -1691,6 +1700,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             worker.close()
         if checkpoints is not None:
             checkpoints.best.close()
+        if chief is not None and chief.heart is not None:  # the others must not wait for it
+            attempt("tell the ps tasks to stop", chief.shutdown)
         if remote is not None:
             remote.close()
         if not isinstance(exc, KeyboardInterrupt):
@@ -1750,7 +1761,9 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         except Exception as exc:  # a worker raised: the Coordinator stopped the others
             error = error or exc
         stuck = [thread.name for thread in threads if thread.is_alive()]
-        if chief is not None:
+        if chief is not None and chief.ps_lost:
+            checkpoints.before_save = None  # the ps is gone: save the last copy there is
+        elif chief is not None:
             if not stuck:  # its own threads' last episodes, like any worker process's
                 attempt("send the last episodes", remote.flush)
             if attempt("collect the cluster's last episodes and global net", chief.finish,
@@ -1773,8 +1786,9 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             attempt("close the trial environments", checkpoints.best.close)
         plot_path = attempt("draw rewards.png", plot_rewards, run_dir, env_id,
                             show_plot and error is None and not interrupted)
-        if chief is not None:
+        if chief is not None and not chief.ps_lost:
             attempt("tell the ps tasks to stop", chief.shutdown)
+        if chief is not None and not stuck:
             attempt("close the session with the ps tasks", remote.close)
     except KeyboardInterrupt:
         how = "interrupted twice" if interrupted else "interrupted while finishing the run"
@@ -1889,7 +1903,7 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
     try:
         while not coord.wait_for_stop(0.5):
             state = watch.state()
-            if state in ("done", "shutdown", "silent", "lost", "waiting"):  # waiting: a new chief
+            if state in ("done", "shutdown", "silent", "lost", "waiting", "restarted"):
                 outcome = state
                 coord.request_stop()
     except KeyboardInterrupt:
@@ -1908,9 +1922,9 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
         for worker in workers_here:
             attempt(f"close {worker.name}'s environments", worker.close)
         attempt("close the session", sess.close)
-    attempt("close the session with the ps tasks", remote.close)
+        attempt("close the session with the ps tasks", remote.close)
     attempt("close the control session", close_remote_session, control_sess)
-    if outcome == "waiting":
+    if outcome in ("waiting", "restarted"):
         warn("the chief (worker task 0) started the run anew; start this process again to join it")
         return 1
     if outcome == "silent":
@@ -2683,7 +2697,9 @@ def stop_like_ctrl_c_or_exit(signum, frame):
     raise KeyboardInterrupt
 
 
-def main(argv=None) -> int:
+def main(argv=None, command_line: bool = False) -> int:
+    """command_line: the process is `python a3c.py ...` itself (local:N may then replace it by
+    the launcher)."""
     args = parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         # `kill`, and a closed terminal or dropped ssh session, stop as cleanly as Ctrl-C; a
@@ -2727,10 +2743,11 @@ def main(argv=None) -> int:
             if isinstance(cluster, int):
                 probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
         if isinstance(cluster, int):
-            if argv is None:  # the command line: the launcher needs no TensorFlow, so drop it
+            if command_line:  # the launcher needs no TensorFlow, so drop it
                 cluster_module.become_launcher(os.path.abspath(__file__), sys.argv[1:], cluster)
-            return cluster_module.launch_local(os.path.abspath(__file__), list(argv), cluster,
-                                               lambda text: tell(sys.stderr, text))
+            return cluster_module.launch_local(os.path.abspath(__file__),
+                                               list(sys.argv[1:] if argv is None else argv),
+                                               cluster, lambda text: tell(sys.stderr, text))
         if args.resume is not None:
             summary = train(env_id, cfg, show_plot=not args.no_plot, resume_dir=args.resume,
                             cluster=cluster)
@@ -2770,4 +2787,4 @@ def leave(code: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(leave(main()))
+    sys.exit(leave(main(command_line=True)))

@@ -33,8 +33,9 @@ STOP_GRACE_S = 60.0      # a stopped cluster process exits by force after this l
 LAUNCHER_GRACE_S = 90.0  # the launcher's wait for the chief to finish after a stop, then SIGKILL
 EPISODE_QUEUE_CAPACITY = 100_000
 
-# run/control on ps task 0, int64: what the chief tells every other process
-READY, DONE, HEARTBEAT, SHUTDOWN = range(4)
+# run/control on ps task 0, int64: what the chief tells every other process; RUN_ID is drawn
+# anew by each chief that sets the run up, so that a worker process sees a new chief at once
+READY, DONE, HEARTBEAT, SHUTDOWN, RUN_ID = range(5)
 
 
 class ClusterError(Exception):
@@ -178,7 +179,7 @@ def free_loopback_ports(count: int) -> list:
 class Control(typing.NamedTuple):
     """Variables on ps task 0 that every process of a run builds under the same names, so that
     they are one and the same there (between-graph replication shares variables by name)."""
-    flags: object        # int64 [4]: READY, DONE, HEARTBEAT, SHUTDOWN (set by the chief)
+    flags: object        # int64 [5]: READY, DONE, HEARTBEAT, SHUTDOWN, RUN_ID (set by the chief)
     config: object       # string: {"env": ..., "config": ...} of the run, for the other workers
     totals: object       # int64 [3]: env steps, episodes, env steps of finished episodes
     pushes: object       # int64 [worker tasks]: pushes each worker process has made
@@ -196,7 +197,7 @@ def control_variables(tf, workers: int) -> Control:
     zeros = v1.zeros_initializer()
     with v1.device("/job:ps/task:0"):
         return Control(
-            flags=v1.get_variable("run/control", [4], tf.int64, zeros, trainable=False),
+            flags=v1.get_variable("run/control", [5], tf.int64, zeros, trainable=False),
             config=v1.get_variable("run/config", [], tf.string, v1.constant_initializer(""),
                                    trainable=False),
             totals=v1.get_variable("run/totals", [3], tf.int64, zeros, trainable=False),
@@ -242,6 +243,7 @@ class ChiefWatch:
         self.errors = tf.errors
         self.silence_s = silence_s
         self.heartbeat, self.changed = None, time.time()
+        self.run_id = None  # the run this process joined
 
     def state(self) -> str:
         """'waiting' (no chief yet), 'running', 'done', 'shutdown', 'silent', or 'lost' (ps gone)."""
@@ -258,8 +260,12 @@ class ChiefWatch:
             self.heartbeat, self.changed = flags[HEARTBEAT], now
         if flags[HEARTBEAT] and now - self.changed > self.silence_s:
             return "silent"
+        if self.run_id is not None and flags[RUN_ID] != self.run_id:
+            return "restarted"
         if flags[DONE]:
             return "done"
+        if flags[READY] and self.run_id is None:
+            self.run_id = flags[RUN_ID]
         return "running" if flags[READY] else "waiting"
 
 

@@ -145,8 +145,14 @@ def describe(setting: dict) -> str:
         f"{setting['ps']} ps + {setting['processes']} worker processes")
 
 
+def run_config(sets: list):
+    """The Pendulum preset with the runs' --set overrides: what the trainer runs with."""
+    import dataclasses
+    return dataclasses.replace(config_module.config_for(ENV), **config_module.parse_overrides(sets))
+
+
 def measure(settings: list, workers: int, repeats: int, seconds: float, sets: list) -> list:
-    cfg = config_module.config_for(ENV)
+    cfg = run_config(sets)
     per_push = cfg.n_steps * cfg.envs_per_worker
     rows = []
     for setting in settings:
@@ -263,7 +269,7 @@ def main(argv=None) -> None:
                     + [dict(processes=n, ps=2) for n in (2, 4)])
     rows = measure(settings, args.workers, args.repeats, args.seconds, args.set)
     base = rows[0]["steps_per_s"]
-    cfg = config_module.config_for(ENV)
+    cfg = run_config(args.set)
     text = (f"# Cluster {args.mode}: {ENV}\n\n`{command}`"
             f" on {os.cpu_count()} cores; {args.workers} worker threads per process, "
             f"{cfg.envs_per_worker} envs each, {cfg.n_steps} steps per rollout "
