@@ -177,7 +177,7 @@ def measure(settings: list, workers: int, repeats: int, seconds: float, sets: li
 
 
 def table(rows: list, base: float) -> str:
-    out = ["| setting | env steps/s | min..max | × one process | pushes/s | CPU | ps CPU ms / push "
+    out = [f"| setting | env steps/s | min..max | × {rows[0]['setting']} | pushes/s | CPU | ps CPU ms / push "
            "| peak RSS MB (all processes) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         speeds = [run["steps_per_s"] for run in r["runs"]]
