@@ -1317,8 +1317,11 @@ class ClusterLog:
             self.totals = np.maximum(self.totals, totals)
 
     def budget_used(self) -> float:
+        """From what the ps has confirmed and what is not pushed yet, not what is in flight: a
+        push's answer counts its siblings' in-flight pushes too, so counting them here could
+        stop the process short of the budget."""
         with self.lock:
-            seen = self.totals + self.pending + self.in_flight
+            seen = self.totals + self.pending
         return budget_used(self.cfg, int(seen[1]), int(seen[0]))
 
     def lr_fraction(self) -> float:

@@ -23,12 +23,12 @@ import time
 import typing
 
 JOBS = ("ps", "worker")
-CHIEF_SILENCE_S = 10.0   # a chief whose heartbeat stalls this long is taken for dead (the ps
-PS_CHIEF_SILENCE_S = 20.0  # waits longer: the other workers' last calls go to it)
+CHIEF_SILENCE_S = 8.0    # a chief whose heartbeat stalls this long is taken for dead (the ps
+PS_CHIEF_SILENCE_S = 14.0  # waits longer: the other workers' last calls go to it)
 CALL_TIMEOUT_MS = 60_000  # a call to the ps tasks that takes longer fails (a lost machine, a partition)
 PS_WAIT_S = 60.0         # how long a worker process waits for the ps tasks to answer at start
 CHIEF_WAIT_S = 300.0     # how long a non-chief worker process waits for the chief to set up
-WORKER_SILENCE_S = 10.0  # the chief reports a worker process that has not pushed for this long
+WORKER_SILENCE_S = 6.0   # the chief reports a worker process that has not pushed for this long
 STOP_GRACE_S = 60.0      # a stopped cluster process exits by force after this long
 LAUNCHER_GRACE_S = 90.0  # the launcher's wait for the chief to finish after a stop, then SIGKILL
 EPISODE_QUEUE_CAPACITY = 100_000
