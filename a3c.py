@@ -1758,12 +1758,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         error = WorkerError(f"the driver raised {type(exc).__name__}: {first_line(exc)}")
     try:
         # every way out stops and joins the workers before anything they use is closed
-        coord.request_stop()
-        try:
-            coord.join(threads, stop_grace_period_secs=30, ignore_live_threads=True)
-        except Exception as exc:  # a worker raised: the Coordinator stopped the others
-            error = error or exc
-        stuck = [thread.name for thread in threads if thread.is_alive()]
+        raised, stuck = stop_workers(coord, threads)
+        error = error or raised
         if chief is not None and chief.ps_lost:
             checkpoints.before_save = None  # the ps is gone: save the last copy there is
         elif chief is not None:
@@ -1809,6 +1805,18 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     return final
 
 
+def stop_workers(coord, threads: list) -> tuple:
+    """Stop the threads and join them (30 s of grace): (what a worker raised, for which the
+    Coordinator stopped the others, or None; the names of threads still running)."""
+    coord.request_stop()
+    try:
+        coord.join(threads, stop_grace_period_secs=30, ignore_live_threads=True)
+        raised = None
+    except Exception as exc:
+        raised = exc
+    return raised, [thread.name for thread in threads if thread.is_alive()]
+
+
 def start_workers(workers: list, coord, log, layout) -> list:
     """A thread per worker, running its loop under the Coordinator; returns the threads."""
     threads = []
@@ -1828,13 +1836,10 @@ def start_workers(workers: list, coord, log, layout) -> list:
 
 
 def start_cluster_task(cluster) -> "v1.train.Server":
-    """This process's TensorFlow server, once every ps task answers (UsageError: its port is
-    taken, or no ps came within cluster.PS_WAIT_S)."""
-    try:
-        server = cluster_module.start_server(tf, cluster)
-        cluster_module.wait_for_ps(cluster)
-    except cluster_module.ClusterError as exc:
-        raise UsageError(str(exc)) from None
+    """This process's TensorFlow server, once every ps task answers (cluster.ClusterError: its
+    port is taken, or no ps came within cluster.PS_WAIT_S)."""
+    server = cluster_module.start_server(tf, cluster)
+    cluster_module.wait_for_ps(cluster)
     return server
 
 
@@ -1855,27 +1860,32 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
     with graph.as_default():
         control = cluster_module.control_variables(tf, len(cluster.spec["worker"]))
     control_sess = cluster_module.ps_session(tf, cluster, graph)
+    try:
+        return join_the_run(cluster, server, control, control_sess, workers, env_id, console)
+    finally:
+        close_remote_session(control_sess)
+
+
+def join_the_run(cluster, server, control, control_sess, workers: typing.Optional[int],
+                 env_id: typing.Optional[str], console: Console) -> int:
+    """train_as_worker, once it can read the chief's flags: wait for the run, join it, train."""
     watch = cluster_module.ChiefWatch(tf, control_sess, control)
     deadline = time.time() + cluster_module.CHIEF_WAIT_S
     while (state := watch.state()) == "waiting":
         if time.time() > deadline:
             warn(f"the chief (worker task 0) did not open the run within "
                  f"{cluster_module.CHIEF_WAIT_S:.0f} s; start it with the same cluster file, then this")
-            close_remote_session(control_sess)
             return 1
         time.sleep(0.5)
     if state != "running":
-        close_remote_session(control_sess)
         raise UsageError(f"the cluster's run is {'over' if state in ('done', 'shutdown') else 'gone'}"
                          f" (the chief is {state}); nothing to join")
     run = json.loads(control_sess.run(control.config).decode())
     totals, anneal_start = control_sess.run([control.totals, control.anneal_start])
     if run["cluster"] != cluster.spec:
-        close_remote_session(control_sess)
         raise UsageError(f"this process's cluster {json.dumps(cluster.spec)} is not the chief's "
                          f"{json.dumps(run['cluster'])}; give every process the same cluster file")
     if env_id is not None and env_id != run["env"]:
-        close_remote_session(control_sess)
         raise UsageError(f"--env {env_id}: the cluster's run trains {run['env']}; a worker "
                          f"process takes the chief's env and config (drop --env)")
     run_cfg = config_module.from_dict(run["config"])  # the global net's, and its learning rates
@@ -1902,7 +1912,7 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
     threads = start_workers(workers_here, coord, remote.log, layout)
     console.say(f"worker process {cluster.task} joined the run of {run['env']} at "
                 f"{int(totals[0]):,} env steps with {cfg.workers} workers x {cfg.envs_per_worker} envs")
-    outcome, error = "done", None
+    outcome = "done"
     try:
         while not coord.wait_for_stop(0.5):
             state = watch.state()
@@ -1911,12 +1921,7 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
                 coord.request_stop()
     except KeyboardInterrupt:
         outcome = "interrupted"
-    coord.request_stop()
-    try:
-        coord.join(threads, stop_grace_period_secs=30, ignore_live_threads=True)
-    except Exception as exc:
-        error = exc
-    stuck = [thread.name for thread in threads if thread.is_alive()]
+    error, stuck = stop_workers(coord, threads)
     if outcome in ("done", "interrupted") and error is None and not stuck:
         attempt("send the last episodes to the chief", remote.flush)
     if stuck:  # closing what a running thread uses could crash the process
@@ -1926,7 +1931,6 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
             attempt(f"close {worker.name}'s environments", worker.close)
         attempt("close the session", sess.close)
         attempt("close the session with the ps tasks", remote.close)
-    attempt("close the control session", close_remote_session, control_sess)
     if outcome in ("waiting", "restarted"):
         warn("the chief (worker task 0) started the run anew; start this process again to join it")
         return 1
@@ -2636,16 +2640,13 @@ def cluster_role(args):
             raise UsageError("--job and --task place this process in a cluster: they go with "
                              "--cluster FILE")
         return None
-    try:
-        count = cluster_module.parse_local(args.cluster)
-        if count is not None:
-            if args.job is not None or args.task is not None:
-                raise UsageError("--cluster local:N starts every process itself; --job and "
-                                 "--task go with a cluster file")
-            return count
-        return cluster_module.cluster_for(args.cluster, args.job, args.task)
-    except cluster_module.ClusterError as exc:
-        raise UsageError(str(exc)) from None
+    count = cluster_module.parse_local(args.cluster)
+    if count is not None:
+        if args.job is not None or args.task is not None:
+            raise UsageError("--cluster local:N starts every process itself; --job and "
+                             "--task go with a cluster file")
+        return count
+    return cluster_module.cluster_for(args.cluster, args.job, args.task)
 
 
 def describe_shape(shape: typing.Optional[dict]) -> str:
@@ -2731,10 +2732,7 @@ def main(argv=None, command_line: bool = False) -> int:
         cluster = cluster_role(args)
         if cluster is not None and not isinstance(cluster, int) and not cluster.is_chief:
             if cluster.job == "ps":
-                try:
-                    return cluster_module.run_ps(tf, cluster, lambda text: tell(sys.stdout, text))
-                except cluster_module.ClusterError as exc:
-                    raise UsageError(str(exc)) from None
+                return cluster_module.run_ps(tf, cluster, lambda text: tell(sys.stdout, text))
             return train_as_worker(cluster, args.workers,
                                    None if args.env == DEFAULT_ENV else args.env)
         shape = None if cluster is None else (
@@ -2757,7 +2755,7 @@ def main(argv=None, command_line: bool = False) -> int:
         else:
             summary = train(env_id, cfg, args.results_dir, show_plot=not args.no_plot,
                             cluster=cluster)
-    except UsageError as exc:
+    except (UsageError, cluster_module.ClusterError) as exc:  # the input, cluster files too
         tell(sys.stderr, f"a3c.py: error: {exc}")
         return 2
     except WorkerError as exc:
