@@ -13,6 +13,9 @@ One graph, one Session. A global ACNet lives on the CPU; each worker thread owns
      RMSProp optimisers (one, on one combined loss, where both heads share a trunk: Atari's CNN,
      or the optional LSTM).
 
+With --sync (A2C) step 4 waits: every worker stores its raw gradients, the last to arrive
+applies their mean (clipped once) to the global net, and then all of them pull it (UpdateRound).
+
 The sections below follow that order: settings, environments, networks, the worker loop, push
 and pull across processes (--cluster: the global net on TensorFlow's ps tasks, the same worker
 loop in every worker process), the training driver, the command line. Hyperparameters live in
@@ -680,12 +683,13 @@ class ACNet:
         else:  # separate MLPs: each its own loss and optimiser
             losses = [(self.actor_loss, self.actor_params, global_net.actor_params),
                       (self.critic_loss, self.critic_params, global_net.critic_params)]
+        gradients = [tf.gradients(loss, local_params) for loss, local_params, _ in losses]
         clipped, norms = [], []
-        for loss, local_params, _ in losses:
-            grads, norm = tf.clip_by_global_norm(tf.gradients(loss, local_params), cfg.clip_norm)
+        for grads in gradients:
+            grads, norm = tf.clip_by_global_norm(grads, cfg.clip_norm)
             clipped.append(grads)
             norms.append(norm)
-        self.clipped_grads = clipped  # one list per optimiser
+        self.gradients, self.clipped_grads = gradients, clipped  # one list per optimiser
         if not shared_trunk(spec, cfg):
             self.actor_grads, self.critic_grads = clipped
         self.grad_norm = tf.sqrt(tf.add_n([tf.square(n) for n in norms]))  # before clipping
@@ -694,24 +698,39 @@ class ACNet:
         finite_check = tf.debugging.check_numerics(self.grad_norm, "non-finite gradient norm")
         self.checked_grad_norm = finite_check  # the same check where gradients are fetched (a cluster)
 
-        # the optimisers' slots belong to the global net: made at the root variable scope they are
-        # named global/.../RMSPropActor and saved with it (in this scope, worker_0/global/...)
-        at_root = v1.variable_scope(v1.VariableScope(reuse=None, name=""), auxiliary_name_scope=False)
-        with at_root, tf.control_dependencies([finite_check]):
-            self.push = tf.group(*[
-                optimizer.apply_gradients(zip(grads, global_params))
-                for optimizer, grads, (_, _, global_params) in zip(optimizers, clipped, losses)])
-
         def copy_global_params():
             return tf.group(*[local.assign(glob) for local, glob in zip(self.params, global_net.params)])
 
         self.pull = copy_global_params()
-        with tf.control_dependencies([self.push]):  # pull only after this push has landed
-            self.push_and_pull = copy_global_params()
+        if cfg.sync_updates:
+            # --sync: the raw gradients wait in this worker's own variables (not saved: the
+            # Saver skips worker_*) until every worker's are in; mean_gradient_update applies
+            # them all at once, and this worker's next call pulls the result
+            self.gradient_store = [[v1.get_variable(f"gradient_store/{p.op.name.split('/', 1)[1]}",
+                                                    p.shape, p.dtype.base_dtype,
+                                                    v1.zeros_initializer(), trainable=False)
+                                    for p in local_params] for _, local_params, _ in losses]
+            with tf.control_dependencies([finite_check]):
+                self.store_gradients = tf.group(*[
+                    store.assign(grad) for stores, grads in zip(self.gradient_store, gradients)
+                    for store, grad in zip(stores, grads)])
+            pulled = copy_global_params()
+        else:
+            # the optimisers' slots belong to the global net: made at the root variable scope
+            # they are named global/.../RMSPropActor and saved with it (in this scope,
+            # worker_0/global/...)
+            at_root = v1.variable_scope(v1.VariableScope(reuse=None, name=""),
+                                        auxiliary_name_scope=False)
+            with at_root, tf.control_dependencies([finite_check]):
+                self.push = tf.group(*[
+                    optimizer.apply_gradients(zip(grads, global_params))
+                    for optimizer, grads, (_, _, global_params) in zip(optimizers, clipped, losses)])
+            with tf.control_dependencies([self.push]):  # pull only after this push has landed
+                self.push_and_pull = pulled = copy_global_params()
 
         self.current_obs = v1.placeholder(spec.obs_dtype, [E, *spec.obs_shape], "current_obs")
         self.current_state = lstm_state_placeholders(cfg, E, "current_state")
-        with tf.control_dependencies([self.push_and_pull]):  # read the parameters just pulled
+        with tf.control_dependencies([pulled]):  # read the parameters just pulled
             with v1.variable_scope(v1.get_variable_scope(), reuse=True):
                 features = network_input(self.current_obs, spec, cfg)
                 features, self.state_after_pull = (lstm_step(features, self.current_state, cfg)
@@ -760,7 +779,27 @@ def build_graph(spec: EnvSpec, cfg: Config):
         optimizers = make_optimizers(spec, cfg, global_net.lr_fraction)
         worker_nets = [ACNet(f"worker_{i}", spec, cfg, global_net, optimizers)
                        for i in range(cfg.workers)]
+        if cfg.sync_updates:
+            global_net.apply_mean_gradients = mean_gradient_update(global_net, worker_nets,
+                                                                   optimizers, spec, cfg)
     return global_net, worker_nets
+
+
+def mean_gradient_update(global_net: ACNet, worker_nets: list, optimizers: list, spec: EnvSpec,
+                         cfg: Config):
+    """--sync's one update of a round: the mean of every worker's stored gradients, clipped to
+    clip_norm once, applied by each optimiser. Each worker's loss is the mean over its T * E
+    samples and every worker's batch is as large, so this mean is the gradient of the workers'
+    concatenated batch: the update one learner would make on all of it (A2C), however the
+    samples fell to the workers. Clipping each worker's part first would make it depend on that."""
+    updates = []
+    for group, (optimizer, global_params) in enumerate(zip(optimizers,
+                                                          optimizer_groups(global_net, spec, cfg))):
+        mean = [tf.add_n([net.gradient_store[group][j] for net in worker_nets]) / len(worker_nets)
+                for j in range(len(global_params))]
+        clipped, _ = tf.clip_by_global_norm(mean, cfg.clip_norm)
+        updates.append(optimizer.apply_gradients(zip(clipped, global_params)))
+    return tf.group(*updates)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -987,11 +1026,13 @@ class Worker:
         self.episode_return = np.zeros(E)
         self.episode_length = np.zeros(E, np.int64)
 
-    def prepare(self, sess, seed: int, remote: "RemoteGlobal" = None) -> None:
-        """Build this worker's two session calls, pull the global parameters and reset the envs
+    def prepare(self, sess, seed: int, remote: "RemoteGlobal" = None,
+                rounds: "UpdateRound" = None) -> None:
+        """Build this worker's session calls, pull the global parameters and reset the envs
         with seeds drawn from `seed` (the run's, or a resumed part's). TensorFlow prepares a
         callable's executors when it is made, so this runs before the clock starts. remote: the
-        global net is on a cluster's ps tasks, and the update pushes and pulls through it."""
+        global net is on a cluster's ps tasks, and the update pushes and pulls through it.
+        rounds: --sync, where this worker's gradients wait for the others' (see UpdateRound)."""
         net = self.net
         # a policy that narrows with the learning rate acts, and its rollout is trained on, with
         # the fraction of the last push (act_schedule: () where sigma does not narrow)
@@ -999,7 +1040,18 @@ class Worker:
         self.act = session_callable(sess, [net.policy.sample, net.policy.env_action, *net.state_out],
                                     [net.obs, *net.state_in, *scheduled])
         self.act_schedule = tuple(np.float32(1.0) for _ in scheduled)
-        if remote is None:
+        self.rounds = rounds
+        if rounds is not None:
+            self.store = session_callable(
+                sess, [net.store_gradients, net.entropy, net.grad_norm],
+                [net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
+                 *net.rollout_state, *scheduled])
+            self.pull_and_act = session_callable(
+                sess, [net.policy_after_pull.sample, net.policy_after_pull.env_action,
+                       *net.state_after_pull],
+                [net.current_obs, *net.current_state, net.lr_fraction])
+            sess.run(net.pull)
+        elif remote is None:
             self.update = session_callable(
                 sess, [net.push_and_pull, net.entropy, net.grad_norm, net.policy_after_pull.sample,
                        net.policy_after_pull.env_action, *net.state_after_pull],
@@ -1058,18 +1110,24 @@ class Worker:
         chooses the next step's actions with the pulled parameters. Returns the policy entropy
         and the gradient norm before clipping."""
         T, E = self.cfg.n_steps, len(self.envs)
-        entropy, grad_norm, *chosen = self.update(
-            self.rollout_obs.reshape(T * E, *self.spec.obs_shape),
-            self.actions.reshape(T * E, *self.actions.shape[2:]),
-            self.next_obs.reshape(T * E, *self.spec.obs_shape), self.rewards, self.terminated,
-            self.ended, *self.rollout_state, self.obs, *self.state, *self.act_schedule,
-            np.float32(lr_fraction))
+        rollout = (self.rollout_obs.reshape(T * E, *self.spec.obs_shape),
+                   self.actions.reshape(T * E, *self.actions.shape[2:]),
+                   self.next_obs.reshape(T * E, *self.spec.obs_shape), self.rewards,
+                   self.terminated, self.ended, *self.rollout_state)
+        if self.rounds is None:
+            entropy, grad_norm, *chosen = self.update(*rollout, self.obs, *self.state,
+                                                      *self.act_schedule, np.float32(lr_fraction))
+        else:  # --sync: wait for every worker's gradients to be applied, then pull
+            entropy, grad_norm = self.store(*rollout, *self.act_schedule)
+            chosen = (self.pull_and_act(self.obs, *self.state, np.float32(lr_fraction))
+                      if self.rounds.join(self.coord, lr_fraction) else [])
         self.chosen_actions = chosen or None  # none from a cluster's update: the next step acts
         # the next actions were drawn with this push's fraction: so are the rest of the rollout's
         self.act_schedule = tuple(np.float32(lr_fraction) for _ in self.act_schedule)
         return float(entropy), float(grad_norm)
 
     def work(self, coord, log: EpisodeLog) -> None:
+        self.coord = coord
         steps_per_rollout = self.cfg.n_steps * len(self.envs)
         update_stats = np.zeros((len(self.envs), 3))  # per env: entropy sum, grad norm sum, pushes
         self.act_schedule = tuple(np.float32(log.lr_fraction()) for _ in self.act_schedule)
@@ -1096,6 +1154,46 @@ class Worker:
 
     def close(self) -> None:
         self.envs.close()
+
+
+class UpdateRound:
+    """--sync (A2C): the barrier where every worker's gradients meet. Each worker stores its
+    rollout's gradients in its own variables and joins; the last to arrive applies their mean to
+    the global net in one session call (mean_gradient_update) and releases the others, and then
+    every worker pulls the same parameters. A plain Python barrier: the session call releases the
+    GIL, and the waiters sleep on a condition, so a round costs one wake-up per worker.
+
+    No worker is ever left waiting: a waiter looks at the Coordinator every tenth of a second,
+    and once a stop is requested (the budget, Ctrl-C, SIGTERM, a worker's exception, a NaN)
+    join returns False and the worker leaves without pulling."""
+
+    POLL_S = 0.1
+
+    def __init__(self, parties: int, apply):
+        self.parties = parties
+        self.apply = apply  # apply(lr_fraction): the one update of a round
+        self.arrived = 0
+        self.completed = 0  # rounds applied so far
+        self.condition = threading.Condition()
+
+    def join(self, coord, lr_fraction: float) -> bool:
+        """Wait until this round's update is applied (True), or until the run stops (False)."""
+        with self.condition:
+            round_number = self.completed
+            self.arrived += 1
+            if self.arrived == self.parties:  # the last one in applies the round (at its rate)
+                self.arrived = 0
+                try:
+                    self.apply(np.float32(lr_fraction))
+                finally:  # a failed update still ends the round: the run stops on the error
+                    self.completed += 1
+                    self.condition.notify_all()
+                return True
+            while self.completed == round_number:
+                if coord.should_stop():
+                    return False
+                self.condition.wait(self.POLL_S)
+            return True
 
 
 class GreedyPlayer:
@@ -1688,8 +1786,11 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
                         totals, start.anneal_start)
             checkpoints.before_save = chief.download
             worker_log = remote.log = ClusterLog(cfg, cluster.task, totals, start.anneal_start)
+        rounds = (UpdateRound(len(workers), session_callable(
+            sess, [global_net.apply_mean_gradients], [global_net.lr_fraction]))
+            if cfg.sync_updates else None)
         for worker in workers:
-            worker.prepare(sess, seed, remote)
+            worker.prepare(sess, seed, remote, rounds)
         checkpoints.best.prepare(sess)
         # the clock starts with the workers
         log = EpisodeLog(run_dir, cfg, summary_writer, history, cluster=cluster is not None)
@@ -2593,6 +2694,9 @@ def parse_args(argv):
                         "as episode.gif into RUN_DIR")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of config.py, e.g. --set actor_lr=3e-4 (repeatable)")
+    parser.add_argument("--sync", dest="sync_updates", action="store_const", const=True, help="A2C: every worker's "
+                        "rollout is gathered into one update, then all pull the same parameters "
+                        "(config: sync_updates)")
     parser.add_argument("--cluster", metavar="local:N|FILE", help="train on TensorFlow's distributed "
                         "runtime: local:N starts 1 ps and N worker processes (of --workers threads "
                         "each) on this machine's loopback; FILE is a cluster dict "
@@ -2609,14 +2713,16 @@ def parse_args(argv):
 RESUMABLE_FIELDS = ("max_episodes", "max_steps", "log_every_s", "checkpoint_every_s",
                     "best_checkpoint_every_s", "best_trial_episodes", "best_trial_cpu_share",
                     "keep_checkpoints", "pin_threads", "anneal_lr", "atari_threads")
-FLAG_FIELDS = ("workers", "max_episodes", "max_steps", "seed")  # --max-steps N is --set max_steps=N
+# the config field each shortcut flag sets: --max-steps N is --set max_steps=N
+FLAG_FIELDS = {"workers": "--workers", "max_episodes": "--max-episodes",
+               "max_steps": "--max-steps", "seed": "--seed", "sync_updates": "--sync"}
 
 
 def overrides_from_args(args) -> dict:
     """The config fields the command line sets. A flag is a shortcut for --set of its field, with
     the same meaning (0 for a budget: no limit); a field set twice is refused."""
-    flags = {field: f"--{field.replace('_', '-')} {getattr(args, field)}"
-             for field in FLAG_FIELDS if getattr(args, field) is not None}
+    flags = {field: flag if getattr(args, field) is True else f"{flag} {getattr(args, field)}"
+             for field, flag in FLAG_FIELDS.items() if getattr(args, field) is not None}
     for field in flags:
         if getattr(args, field) < 0 and field in config_module.NO_LIMIT_FIELDS:
             raise UsageError(f"{flags[field]}: must be >= 0 (0: no limit)")
@@ -2677,7 +2783,9 @@ def resume_config(args, cluster_shape: dict = None) -> tuple[str, Config]:
 
 def config_from_args(args) -> Config:
     """The env's preset with the command line's fields on top."""
-    return checked(dataclasses.replace(config_module.config_for(args.env), **overrides_from_args(args)))
+    overrides = overrides_from_args(args)
+    preset = config_module.config_for(args.env, sync=overrides.get("sync_updates", False))
+    return checked(dataclasses.replace(preset, **overrides))
 
 
 def checked(cfg: Config) -> Config:
@@ -2741,6 +2849,9 @@ def main(argv=None, command_line: bool = False) -> int:
             env_id, cfg = resume_config(args, shape)
         else:
             env_id, cfg = args.env, config_from_args(args)
+        if shape is not None and cfg.sync_updates:
+            raise UsageError("--sync runs in one process; a cluster's updates are asynchronous "
+                             "(drop --sync or --cluster)")
             if isinstance(cluster, int):
                 probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
         if isinstance(cluster, int):

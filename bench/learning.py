@@ -49,7 +49,8 @@ def run_one(env_id: str, seed: int, overrides: dict, workdir: str, frames: int) 
     target, atari = target_of(env_id), a3c.is_atari(env_id)
     budget = (dict(max_episodes=None, max_steps=frames // a3c.FRAME_SKIP) if atari  # frames
               else dict(max_episodes=TARGETS.get(env_id, (np.inf, 1000))[1]))
-    cfg = dataclasses.replace(config_module.config_for(env_id), seed=seed, **budget)
+    preset = config_module.config_for(env_id, sync=overrides.get("sync_updates", False))
+    cfg = dataclasses.replace(preset, seed=seed, **budget)
     cfg = dataclasses.replace(cfg, **overrides)  # --set max_episodes=... may extend the budget
     budget_text = (f"{cfg.max_steps * a3c.FRAME_SKIP / 1e6:g}M frames" if atari and cfg.max_steps
                    else f"{cfg.max_episodes} ep")

@@ -220,9 +220,11 @@ def test_resume_refuses_a_checkpoint_of_another_env(trained_run, tmp_path, capsy
             "trained on CartPole-v1, not A3CTest/Countdown-v0")
 
 
-@pytest.mark.parametrize("stop_signals", [["SIGINT"], ["SIGTERM"], ["SIGHUP"], ["SIGINT", "SIGINT"]],
-                         ids=["ctrl-c", "sigterm", "sighup", "ctrl-c-twice"])
-def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, tmp_path):
+@pytest.mark.parametrize("stop_signals, mode", [
+    (["SIGINT"], []), (["SIGTERM"], []), (["SIGHUP"], []), (["SIGINT", "SIGINT"], []),
+    (["SIGINT"], ["--sync"]), (["SIGTERM"], ["--sync"])],  # no worker is left at the barrier
+    ids=["ctrl-c", "sigterm", "sighup", "ctrl-c-twice", "ctrl-c-sync", "sigterm-sync"])
+def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, mode, tmp_path):
     import signal
     import subprocess
     import sys
@@ -232,7 +234,7 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, t
     process = subprocess.Popen(
         [sys.executable, os.path.join(root, "a3c.py"), "--env", "CartPole-v1", "--workers", "2",
          "--max-steps", "100000000", "--no-plot", "--results-dir", str(tmp_path),
-         "--set", "log_every_s=0.5"],
+         "--set", "log_every_s=0.5", *mode],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in process.stdout:  # wait until training is under way
         if line.startswith("episodes"):
