@@ -706,14 +706,15 @@ class ACNet:
             # --sync: the raw gradients wait in this worker's own variables (not saved: the
             # Saver skips worker_*) until every worker's are in; mean_gradient_update applies
             # them all at once, and this worker's next call pulls the result
-            self.gradient_store = [[v1.get_variable(f"gradient_store/{p.op.name.split('/', 1)[1]}",
-                                                    p.shape, p.dtype.base_dtype,
-                                                    v1.zeros_initializer(), trainable=False)
-                                    for p in local_params] for _, local_params, _ in losses]
+            # (None where a parameter gets no gradient: the optimiser skips it, as in A3C)
+            self.gradient_store = [[None if grad is None else v1.get_variable(
+                f"gradient_store/{p.op.name.split('/', 1)[1]}", p.shape, p.dtype.base_dtype,
+                v1.zeros_initializer(), trainable=False) for p, grad in zip(local_params, grads)]
+                for (_, local_params, _), grads in zip(losses, gradients)]
             with tf.control_dependencies([finite_check]):
                 self.store_gradients = tf.group(*[
                     store.assign(grad) for stores, grads in zip(self.gradient_store, gradients)
-                    for store, grad in zip(stores, grads)])
+                    for store, grad in zip(stores, grads) if grad is not None])
             pulled = copy_global_params()
         else:
             # the optimisers' slots belong to the global net: made at the root variable scope
@@ -795,8 +796,10 @@ def mean_gradient_update(global_net: ACNet, worker_nets: list, optimizers: list,
     updates = []
     for group, (optimizer, global_params) in enumerate(zip(optimizers,
                                                           optimizer_groups(global_net, spec, cfg))):
-        mean = [tf.add_n([net.gradient_store[group][j] for net in worker_nets]) / len(worker_nets)
-                for j in range(len(global_params))]
+        stores = [[net.gradient_store[group][j] for net in worker_nets]
+                  for j in range(len(global_params))]
+        mean = [None if stored[0] is None else tf.add_n(stored) / len(worker_nets)
+                for stored in stores]
         clipped, _ = tf.clip_by_global_norm(mean, cfg.clip_norm)
         updates.append(optimizer.apply_gradients(zip(clipped, global_params)))
     return tf.group(*updates)
@@ -1173,7 +1176,8 @@ class UpdateRound:
         self.parties = parties
         self.apply = apply  # apply(lr_fraction): the one update of a round
         self.arrived = 0
-        self.completed = 0  # rounds applied so far
+        self.completed = 0  # rounds ended so far
+        self.failed = False  # a round's update raised: the run is stopping
         self.condition = threading.Condition()
 
     def join(self, coord, lr_fraction: float) -> bool:
@@ -1185,7 +1189,10 @@ class UpdateRound:
                 self.arrived = 0
                 try:
                     self.apply(np.float32(lr_fraction))
-                finally:  # a failed update still ends the round: the run stops on the error
+                except BaseException:  # the run stops on the error; nobody pulls this round
+                    self.failed = True
+                    raise
+                finally:
                     self.completed += 1
                     self.condition.notify_all()
                 return True
@@ -1193,7 +1200,7 @@ class UpdateRound:
                 if coord.should_stop():
                     return False
                 self.condition.wait(self.POLL_S)
-            return True
+            return not self.failed
 
 
 class GreedyPlayer:
@@ -2849,11 +2856,11 @@ def main(argv=None, command_line: bool = False) -> int:
             env_id, cfg = resume_config(args, shape)
         else:
             env_id, cfg = args.env, config_from_args(args)
+            if isinstance(cluster, int):
+                probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
         if shape is not None and cfg.sync_updates:
             raise UsageError("--sync runs in one process; a cluster's updates are asynchronous "
                              "(drop --sync or --cluster)")
-            if isinstance(cluster, int):
-                probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
         if isinstance(cluster, int):
             if command_line:  # the launcher needs no TensorFlow, so drop it
                 cluster_module.become_launcher(os.path.abspath(__file__), sys.argv[1:], cluster)

@@ -79,8 +79,9 @@ class Config:
     its gradients; the mean of all of them (the gradient of the workers' concatenated batch, as
     every batch is as large) is clipped to clip_norm once and applied to the global net in one
     RMSProp step, and every worker then pulls those same parameters. Same nets, losses, rates
-    and logs as the asynchronous default; a round waits for its slowest worker.
-    results/study.md compares the two."""
+    and logs as the asynchronous default (a row's grad_norm is its worker's own batch's, before
+    the mean); a round waits for its slowest worker. --sync starts from the env's SYNC_PRESETS
+    values below; results/study.md compares the two modes."""
     anneal_lr: bool = False
     """Decrease both learning rates linearly to 0 over the run's budget, as the A3C paper did,
     moving with every env step: a max_steps budget counts env steps, a max_episodes budget is
@@ -422,23 +423,24 @@ PRESETS: dict[str, dict] = {
 }
 
 
-# --sync (A2C) on top of an env's preset: a round applies one update for all 8 workers'
-# rollouts, so at the preset's batching it makes 8x fewer updates per env step than the
-# asynchronous workers do, and TF1's RMSProp (its mean square starts at 1) damps them longer.
-# Pendulum at 8 x 8 envs sat at a mean-100 of -1,200 after 1,000 episodes on tuning seeds 11-12
-# (-590 with every rate 8x); one env per worker makes each update 24 samples, as an asynchronous
-# push of the preset's is... (tuned on seeds 11-17; results/study.md reports seeds 1-5).
+# --sync (A2C) on top of an env's preset (tuned on seeds 11-17; results/study.md reports seeds
+# 1-5). A round applies one update for all 8 workers' rollouts, so at the presets' batching it
+# makes 8x fewer updates per env step than the asynchronous workers do, and TF1's RMSProp (its
+# mean square starts at 1) damps the first ones for 8x as many env steps: Pendulum at 8 x 8 envs
+# sat at a mean-100 of -1,200 after 1,000 episodes on tuning seeds 11-12 (-590 with both rates
+# 8x). With one env per worker a round's update is the size of one asynchronous push of the
+# preset's envs (Pendulum: 8 x 3 = 24 samples against 8 x 3), and it learned faster per episode.
 SYNC_PRESETS: dict[str, dict] = {
     "Pendulum-v1": dict(
-        envs_per_worker=1,    # rounds of 8 x 3 = 24 samples: -200 at episodes 411 and 418 on
-                              # tuning seeds 11-12 (2 per worker: 714 and 671; 4 per worker: never,
-                              # and 900-937 with both rates doubled)
+        envs_per_worker=1,    # rounds of 8 x 3 = 24 samples: -200 on 7 of 7 tuning seeds
+                              # (11-17) at episodes 411-551; on seeds 11-12, 2 per worker: 714 and
+                              # 671; 4 per worker: never, and 900-937 with both rates doubled
     ),
     "CartPole-v1": dict(
         envs_per_worker=1,    # rounds of 8 x 10 = 80 samples, and both rates 3x the preset's
-        actor_lr=4.5e-3,      # (about sqrt(8)): 475 at episodes 790 and 881 on tuning seeds 11-12;
-        critic_lr=9e-3,       # at the preset's rates never / 1,384 (n_steps 5); 2 envs per worker
-                              # at 3x: never / 1,450
+        actor_lr=4.5e-3,      # (about sqrt(8)): 475 on 7 of 7 tuning seeds (11-17) at episodes
+        critic_lr=9e-3,       # 790-895; on seeds 11-12 at the preset's rates (n_steps 5): never
+                              # and 1,384; 2 envs per worker at 3x: never and 1,450
     ),
 }
 

@@ -1,8 +1,10 @@
 """--sync (A2C): one update from every worker's rollout, and every way a run stops."""
 import dataclasses
 import glob
+import json
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -52,10 +54,12 @@ def play_rounds(workers, count):
     coord.join(threads, stop_grace_period_secs=30)
 
 
-def test_one_update_is_the_concatenated_batchs_gradient_clipped_and_applied_as_by_hand():
-    # clip_norm small enough to bind: the mean is clipped once, as one batch's gradient
+@pytest.mark.parametrize("clip_norm", [0.05, 1e6], ids=["clip-binds", "clip-idle"])
+def test_one_update_is_the_concatenated_batchs_gradient_clipped_and_applied_as_by_hand(clip_norm):
+    # a clip that binds: the mean is clipped once, as one batch's gradient; one that does not:
+    # the update's size shows the mean's (a sum, or any other scale, moves it further)
     sess, global_net, workers, _, spec, cfg = sync_workers("Pendulum-v1", workers=3, envs_per_worker=2,
-                                                           clip_norm=0.05)
+                                                           clip_norm=clip_norm)
     before = sess.run(global_net.params)
     play_rounds(workers, 1)
     after = sess.run(global_net.params)
@@ -84,8 +88,8 @@ def test_one_update_is_the_concatenated_batchs_gradient_clipped_and_applied_as_b
         for got, want in zip(mean, batch_gradient[group]):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
         norm = np.sqrt(sum(np.sum(g ** 2) for g in mean))
-        assert norm > cfg.clip_norm, "the clip must bind for this test to check it"
-        clipped = [g * cfg.clip_norm / norm for g in mean]
+        assert (norm > cfg.clip_norm) == (clip_norm < 1), "the clip binds in one case only"
+        clipped = [g * min(1.0, cfg.clip_norm / norm) for g in mean]
         # TF1's RMSProp: the mean square starts at 1; no momentum
         expected += [lr_step for lr_step in (
             rate * g / np.sqrt(cfg.rmsprop_decay + (1 - cfg.rmsprop_decay) * g ** 2 + cfg.rmsprop_epsilon)
@@ -100,14 +104,16 @@ def test_one_update_is_the_concatenated_batchs_gradient_clipped_and_applied_as_b
 
 def test_after_each_round_every_worker_holds_the_global_parameters():
     sess, global_net, workers, rounds, _, _ = sync_workers("CartPole-v1", workers=4)
-    start = sess.run(global_net.params)
-    play_rounds(workers, 5)
-    assert rounds.completed == 5
-    now = sess.run(global_net.params)
-    assert any(not np.array_equal(a, b) for a, b in zip(start, now)), "the rounds trained"
-    for worker in workers:
-        for mine, theirs in zip(sess.run(worker.net.params), now):
-            np.testing.assert_array_equal(mine, theirs)
+    before = sess.run(global_net.params)
+    for round_number in range(1, 4):
+        play_rounds(workers, 1)
+        assert rounds.completed == round_number
+        now = sess.run(global_net.params)
+        assert all(not np.array_equal(a, b) for a, b in zip(before, now)), "the round trained"
+        for worker in workers:
+            for mine, theirs in zip(sess.run(worker.net.params), now):
+                np.testing.assert_array_equal(mine, theirs)
+        before = now
     close_all(sess, workers)
 
 
@@ -120,9 +126,13 @@ def test_a_stop_releases_every_waiter_without_an_update():
                for _ in range(2)]  # the third never comes
     for thread in waiters:
         thread.start()
+    while rounds.arrived < 2:
+        time.sleep(0.01)
+    time.sleep(3 * rounds.POLL_S)  # both are waiting on the condition, not just arriving
+    assert all(thread.is_alive() for thread in waiters)
     coord.request_stop()
     for thread in waiters:
-        thread.join(timeout=2)
+        thread.join(timeout=1)
     assert not any(thread.is_alive() for thread in waiters)
     assert answers == [False, False] and rounds.completed == 0
     for a, b in zip(start, sess.run(global_net.params)):
@@ -136,7 +146,18 @@ def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path):
     assert len(rows) == 61 and summary["episodes"] == 60
     assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
     assert os.path.exists(os.path.join(summary["run_dir"], "rewards.png"))
-    assert a3c.latest_checkpoint(os.path.join(summary["run_dir"], a3c.CHECKPOINT_FOLDER))
+    checkpoint = a3c.latest_checkpoint(os.path.join(summary["run_dir"], a3c.CHECKPOINT_FOLDER))
+    names = [name for name, _ in v1.train.list_variables(checkpoint)]
+    assert any(name.startswith("global/actor") for name in names)
+    assert not [name for name in names if "gradient_store" in name or name.startswith("worker_")]
+
+    # resumed, it goes on synchronously from the checkpoint's counters
+    code = a3c.main(["--resume", summary["run_dir"], "--max-episodes", "90", "--no-plot"])
+    assert code == 0
+    rows = read_rows(summary["run_dir"])
+    assert len(rows) == 91 and int(rows[-1][2]) > summary["env_steps"]
+    with open(os.path.join(summary["run_dir"], "config.json")) as f:
+        assert json.load(f)["config"]["sync_updates"] is True
 
 
 def test_a_failing_worker_stops_every_sync_worker(tmp_path):
