@@ -2701,9 +2701,9 @@ def parse_args(argv):
                         "as episode.gif into RUN_DIR")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of config.py, e.g. --set actor_lr=3e-4 (repeatable)")
-    parser.add_argument("--sync", dest="sync_updates", action="store_const", const=True, help="A2C: every worker's "
-                        "rollout is gathered into one update, then all pull the same parameters "
-                        "(config: sync_updates)")
+    parser.add_argument("--sync", dest="sync_updates", action="store_const", const=True,
+                        help="A2C: every worker's rollout goes into one update, then all pull "
+                        "the same parameters (config: sync_updates, with config.py's SYNC_PRESETS)")
     parser.add_argument("--cluster", metavar="local:N|FILE", help="train on TensorFlow's distributed "
                         "runtime: local:N starts 1 ps and N worker processes (of --workers threads "
                         "each) on this machine's loopback; FILE is a cluster dict "

@@ -127,7 +127,9 @@ def spread(values, spec="{:,.0f}") -> str:
 
 def summarise(runs: list) -> dict:
     hits = [r["hit"] for r in runs if r["hit"] is not None]
-    return dict(reached=len(hits), seeds=len(runs),
+    # misses that the env-step cap ended before the episode budget
+    capped = sum(r["hit"] is None and r["episodes"] < TARGETS[r["env"]][1] for r in runs)
+    return dict(reached=len(hits), seeds=len(runs), capped=capped,
                 steps=[h["env_steps"] for h in hits], episodes=[h["episode"] for h in hits],
                 wall=[h["wall_s"] for h in hits], final=float(np.median([r["final"] for r in runs])),
                 speed=float(np.median([r["steps_per_s"] for r in runs])),
@@ -146,8 +148,9 @@ def table(env_id: str, settings: list, by_setting: dict) -> str:
     for setting in settings:
         runs = by_setting[setting.name]
         s = summarise(runs)
+        capped = f" ({s['capped']} cut by the step cap)" if s["capped"] else ""
         lines.append(f"| {setting.name} | {runs[0]['workers']} x {runs[0]['envs_per_worker']} | "
-                     f"{s['reached']} of {s['seeds']} | {spread(s['steps'])} | "
+                     f"{s['reached']} of {s['seeds']}{capped} | {spread(s['steps'])} | "
                      f"{spread(s['episodes'])} | {spread(s['wall'], '{:.1f}')} | {s['final']:.1f} | "
                      f"{s['speed']:,.0f} |")
     return "\n".join(lines)
@@ -370,7 +373,9 @@ def write_report(results: list, elapsed: float, command: str, seeds: list, quick
             + ". Targets: mean-100 " + ", ".join(f"{e} {TARGETS[e][0]:g}" for e in ENVS)
             + ". The sync setting adds the env's --sync values (config.py's SYNC_PRESETS: "
             + "; ".join(f"{e} {config_module.SYNC_PRESETS.get(e, {})}" for e in ENVS)
-            + "). Columns to the target are median [min-max] over the seeds that reached it; "
+            + "). A run that CartPole's step cap ended before its episode budget, short of the "
+            "target, counts as not reaching it; the tables say how many were cut so. "
+            "Columns to the target are median [min-max] over the seeds that reached it; "
             "\"same total envs\" shares the preset's 8 workers' envs among the workers, \"preset "
             "envs each\" gives every worker the preset's number.", ""]
     text += ["## Verdicts", "", verdicts(results), ""]

@@ -102,10 +102,11 @@ def test_one_update_is_the_concatenated_batchs_gradient_clipped_and_applied_as_b
     wide_sess.close()
 
 
-def test_after_each_round_every_worker_holds_the_global_parameters():
-    sess, global_net, workers, rounds, _, _ = sync_workers("CartPole-v1", workers=4)
+@pytest.mark.parametrize("fields", [{}, {"use_lstm": True, "lstm_units": 8}], ids=["mlp", "lstm"])
+def test_after_each_round_every_worker_holds_the_global_parameters(fields):
+    sess, global_net, workers, rounds, _, _ = sync_workers("CartPole-v1", workers=3, **fields)
     before = sess.run(global_net.params)
-    for round_number in range(1, 4):
+    for round_number in range(1, 3):
         play_rounds(workers, 1)
         assert rounds.completed == round_number
         now = sess.run(global_net.params)
