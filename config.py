@@ -78,10 +78,11 @@ class Config:
     """A2C instead of A3C (--sync): each round, every worker plays its n-step rollout and stores
     its gradients; the mean of all of them (the gradient of the workers' concatenated batch, as
     every batch is as large) is clipped to clip_norm once and applied to the global net in one
-    RMSProp step, and every worker then pulls those same parameters. Same nets, losses, rates
-    and logs as the asynchronous default (a row's grad_norm is its worker's own batch's, before
-    the mean); a round waits for its slowest worker. --sync starts from the env's SYNC_PRESETS
-    values below; results/study.md compares the two modes."""
+    RMSProp step per optimiser, and every worker then pulls those same parameters. Same nets,
+    losses, optimisers and logs as the asynchronous default (a row's grad_norm is its worker's
+    own batch's, before the mean); a round waits for its slowest worker. --sync starts from the
+    env's SYNC_PRESETS values below (CartPole's rates among them); results/study.md compares the
+    two modes."""
     anneal_lr: bool = False
     """Decrease both learning rates linearly to 0 over the run's budget, as the A3C paper did,
     moving with every env step: a max_steps budget counts env steps, a max_episodes budget is
@@ -428,8 +429,8 @@ PRESETS: dict[str, dict] = {
 # makes 8x fewer updates per env step than the asynchronous workers do, and TF1's RMSProp (its
 # mean square starts at 1) damps the first ones for 8x as many env steps: Pendulum at 8 x 8 envs
 # sat at a mean-100 of -1,200 after 1,000 episodes on tuning seeds 11-12 (-590 with both rates
-# 8x). With one env per worker a round's update is the size of one asynchronous push of the
-# preset's envs (Pendulum: 8 x 3 = 24 samples against 8 x 3), and it learned faster per episode.
+# 8x). With one env per worker a round's batch is 8 rollouts of one env (Pendulum: 8 x 3 = 24
+# samples, the size of one asynchronous push of the preset's 8 envs x 3 steps).
 SYNC_PRESETS: dict[str, dict] = {
     "Pendulum-v1": dict(
         envs_per_worker=1,    # rounds of 8 x 3 = 24 samples: -200 on 7 of 7 tuning seeds
@@ -439,8 +440,9 @@ SYNC_PRESETS: dict[str, dict] = {
     "CartPole-v1": dict(
         envs_per_worker=1,    # rounds of 8 x 10 = 80 samples, and both rates 3x the preset's
         actor_lr=4.5e-3,      # (about sqrt(8)): 475 on 7 of 7 tuning seeds (11-17) at episodes
-        critic_lr=9e-3,       # 790-895; on seeds 11-12 at the preset's rates (n_steps 5): never
-                              # and 1,384; 2 envs per worker at 3x: never and 1,450
+        critic_lr=9e-3,       # 790-895; on seeds 11-12 at the preset's rates with n_steps 5
+                              # instead of 10: never and 1,384; 2 envs per worker at 3x: never
+                              # and 1,450
     ),
 }
 

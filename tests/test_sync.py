@@ -127,8 +127,10 @@ def test_a_stop_releases_every_waiter_without_an_update():
                for _ in range(2)]  # the third never comes
     for thread in waiters:
         thread.start()
-    while rounds.arrived < 2:
+    deadline = time.time() + 10
+    while rounds.arrived < 2 and time.time() < deadline:
         time.sleep(0.01)
+    assert rounds.arrived == 2
     time.sleep(3 * rounds.POLL_S)  # both are waiting on the condition, not just arriving
     assert all(thread.is_alive() for thread in waiters)
     coord.request_stop()
