@@ -1837,8 +1837,9 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         if cluster is not None:
             where += (f"; the chief of a cluster of {len(cluster.spec['ps'])} ps and "
                       f"{len(cluster.spec['worker'])} worker processes")
+        mode = ", synchronous updates (A2C)" if cfg.sync_updates else ""
         console.say(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs"
-                    f"{where}; results in {run_dir}")
+                    f"{mode}{where}; results in {run_dir}")
         if chief is not None:
             chief.open()
         threads += start_workers(workers, coord, worker_log, layout)

@@ -145,6 +145,7 @@ def test_a_stop_releases_every_waiter_without_an_update():
 
 def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path):
     summary, console = train("CartPole-v1", tmp_path, sync_updates=True, max_episodes=60)
+    assert "x 2 envs, synchronous updates (A2C)" in console.splitlines()[0]
     rows = read_rows(summary["run_dir"])
     assert len(rows) == 61 and summary["episodes"] == 60
     assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
