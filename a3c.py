@@ -644,6 +644,9 @@ class ACNet:
         # the rollout's obs are fed to self.obs; with an LSTM they go through it in time order
         # from the state each env had at the rollout's first step
         self.rollout_state = lstm_state_placeholders(cfg, E, "rollout_state")
+        # what a push feeds of its rollout, in the order Worker.push_and_pull gives them
+        self.rollout_feeds = [self.obs, self.actions, self.next_obs, self.rewards, self.terminated,
+                              self.ended, *self.rollout_state]
         if cfg.use_lstm:
             outputs, states_after = lstm_unroll(self.features, self.rollout_state, self.ended, cfg)
             with v1.variable_scope(v1.get_variable_scope(), reuse=True):
@@ -1047,22 +1050,21 @@ class Worker:
         if rounds is not None:
             self.store = session_callable(
                 sess, [net.store_gradients, net.entropy, net.grad_norm],
-                [net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
-                 *net.rollout_state, *scheduled])
+                [*net.rollout_feeds, *scheduled])
             self.pull_and_act = session_callable(
                 sess, [net.policy_after_pull.sample, net.policy_after_pull.env_action,
                        *net.state_after_pull],
                 [net.current_obs, *net.current_state, net.lr_fraction])
-            sess.run(net.pull)
         elif remote is None:
             self.update = session_callable(
                 sess, [net.push_and_pull, net.entropy, net.grad_norm, net.policy_after_pull.sample,
                        net.policy_after_pull.env_action, *net.state_after_pull],
-                [net.obs, net.actions, net.next_obs, net.rewards, net.terminated, net.ended,
-                 *net.rollout_state, net.current_obs, *net.current_state, *scheduled, net.lr_fraction])
-            sess.run(net.pull)
+                [*net.rollout_feeds, net.current_obs, *net.current_state, *scheduled, net.lr_fraction])
         else:
             self.update = remote.update_for(net, sess, scheduled)
+        if remote is None:
+            sess.run(net.pull)
+        else:
             remote.pull_into(sess, net)
         # (sampled, for the envs, the LSTM state after this step) for self.obs, chosen by the last update
         self.chosen_actions = None
@@ -1311,8 +1313,7 @@ class RemoteGlobal:
     def update_for(self, net: ACNet, sess, scheduled: list):
         """Worker.update for a cluster: the same feeds and the entropy and the gradient norm as
         in one process, but no next actions (they come from the net just pulled)."""
-        rollout_feeds = [net.obs, net.actions, net.next_obs, net.rewards, net.terminated,
-                         net.ended, *net.rollout_state]
+        rollout_feeds = net.rollout_feeds
         flat_grads = [g for grads in net.clipped_grads for g in grads]
         gradients = session_callable(sess, [*flat_grads, net.entropy, net.checked_grad_norm],
                                      [*rollout_feeds, *scheduled])
