@@ -14,7 +14,8 @@ One graph, one Session. A global ACNet lives on the CPU; each worker thread owns
      or the optional LSTM).
 
 With --sync (A2C) step 4 waits: every worker stores its raw gradients, the last to arrive
-applies their mean (clipped once) to the global net, and then all of them pull it (UpdateRound).
+applies their mean (clipped once) to the global net, and then all of them pull it (UpdateRound;
+on a cluster, the worker processes' rounds meet on the ps: RemoteGlobal.round_for).
 
 The sections below follow that order: settings, environments, networks, the worker loop, push
 and pull across processes (--cluster: the global net on TensorFlow's ps tasks, the same worker
@@ -784,27 +785,36 @@ def build_graph(spec: EnvSpec, cfg: Config):
         worker_nets = [ACNet(f"worker_{i}", spec, cfg, global_net, optimizers)
                        for i in range(cfg.workers)]
         if cfg.sync_updates:
-            global_net.apply_mean_gradients = mean_gradient_update(global_net, worker_nets,
-                                                                   optimizers, spec, cfg)
+            # a process's sum of its workers' gradients (on a cluster it goes to the ps tasks),
+            # and one process's round: their mean, applied here
+            global_net.gradient_sums = stored_gradient_sums(worker_nets)
+            global_net.apply_mean_gradients = mean_gradient_update(
+                optimizers, optimizer_groups(global_net, spec, cfg), global_net.gradient_sums,
+                len(worker_nets), cfg.clip_norm)
     return global_net, worker_nets
 
 
-def mean_gradient_update(global_net: ACNet, worker_nets: list, optimizers: list, spec: EnvSpec,
-                         cfg: Config):
-    """--sync's one update of a round: the mean of every worker's stored gradients, clipped to
-    clip_norm once, applied by each optimiser. Each worker's loss is the mean over its T * E
-    samples and every worker's batch is as large, so this mean is the gradient of the workers'
-    concatenated batch: the update one learner would make on all of it (A2C), however the
-    samples fell to the workers. Clipping each worker's part first would make it depend on that."""
+def stored_gradient_sums(worker_nets: list) -> list:
+    """--sync: per optimiser group, per parameter, the sum of the workers' stored gradients
+    (None where a parameter gets no gradient)."""
+    return [[None if stored[0] is None else tf.add_n(list(stored))
+             for stored in zip(*(net.gradient_store[group] for net in worker_nets))]
+            for group in range(len(worker_nets[0].gradient_store))]
+
+
+def mean_gradient_update(optimizers: list, param_groups: list, gradient_sums: list, count,
+                         clip_norm: float):
+    """--sync's one update of a round: the mean of `count` workers' gradients (their sums over
+    count), clipped to clip_norm once, applied by each optimiser. Each worker's loss is the mean
+    over its T * E samples and every worker's batch is as large, so this mean is the gradient of
+    the workers' concatenated batch: the update one learner would make on all of it (A2C),
+    however the samples fell to the workers (or to processes). Clipping each worker's part first
+    would make it depend on that. count: a number, or a tensor (a cluster's round)."""
     updates = []
-    for group, (optimizer, global_params) in enumerate(zip(optimizers,
-                                                          optimizer_groups(global_net, spec, cfg))):
-        stores = [[net.gradient_store[group][j] for net in worker_nets]
-                  for j in range(len(global_params))]
-        mean = [None if stored[0] is None else tf.add_n(stored) / len(worker_nets)
-                for stored in stores]
-        clipped, _ = tf.clip_by_global_norm(mean, cfg.clip_norm)
-        updates.append(optimizer.apply_gradients(zip(clipped, global_params)))
+    for optimizer, params, sums in zip(optimizers, param_groups, gradient_sums):
+        mean = [None if total is None else total / tf.cast(count, total.dtype) for total in sums]
+        clipped, _ = tf.clip_by_global_norm(mean, clip_norm)
+        updates.append(optimizer.apply_gradients(zip(clipped, params)))
     return tf.group(*updates)
 
 
@@ -985,7 +995,7 @@ class EpisodeLog:
 # The worker loop
 # ---------------------------------------------------------------------------------------------
 
-def session_callable(sess, fetches: list, feeds: list):
+def session_callable(sess, fetches: list, feeds: list, timeout_ms: int = 0):
     """A function of the feeds' values (NumPy arrays of exactly the placeholders' dtypes) that
     runs `fetches` in one session call and returns the values of the tensors among them.
 
@@ -994,6 +1004,7 @@ def session_callable(sess, fetches: list, feeds: list):
     throughout. The C++ callable beneath it (Session._make_callable_from_options, which
     TensorFlow's own Keras 2 backend uses) costs ~4 us and releases the GIL while the ops run,
     so worker threads overlap. A TensorFlow without it gets make_callable: same results, slower.
+    timeout_ms: a limit on this call other than the session's (0: the session's).
     """
     tensors = [f for f in fetches if isinstance(f, tf.Tensor)]
     operations = [f for f in fetches if isinstance(f, tf.Operation)]
@@ -1001,9 +1012,10 @@ def session_callable(sess, fetches: list, feeds: list):
     if CallableOptions is None or make_from_options is None:
         slow = sess.make_callable(tensors + operations, feed_list=feeds)
         return lambda *values: slow(*values)[:len(tensors)]
-    return make_from_options(CallableOptions(feed=[t.name for t in feeds],
-                                             fetch=[t.name for t in tensors],
-                                             target=[op.name for op in operations]))
+    options = CallableOptions(feed=[t.name for t in feeds], fetch=[t.name for t in tensors],
+                              target=[op.name for op in operations])
+    options.run_options.timeout_in_ms = timeout_ms
+    return make_from_options(options)
 
 
 class Worker:
@@ -1170,17 +1182,33 @@ class UpdateRound:
 
     No worker is ever left waiting: a waiter looks at the Coordinator every tenth of a second,
     and once a stop is requested (the budget, Ctrl-C, SIGTERM, a worker's exception, a NaN)
-    join returns False and the worker leaves without pulling."""
+    join returns False and the worker leaves without pulling.
+
+    On a cluster the same barrier gathers a process's workers, and the last one in takes their
+    sum to the ps tasks, where the processes' rounds meet (RemoteGlobal.round_for)."""
 
     POLL_S = 0.1
 
     def __init__(self, parties: int, apply):
         self.parties = parties
-        self.apply = apply  # apply(lr_fraction): the one update of a round
+        # apply(lr_fraction) -> bool: the one update of a round; False when the run stopped
+        # before it was applied (a cluster's round, released by a stop)
+        self.apply = apply
         self.arrived = 0
         self.completed = 0  # rounds ended so far
-        self.failed = False  # a round's update raised: the run is stopping
+        self.failed = False  # a round was not applied: the run is stopping
         self.condition = threading.Condition()
+
+    @classmethod
+    def in_one_process(cls, sess, global_net: ACNet, parties: int) -> "UpdateRound":
+        """The rounds of a run in one process: the mean of the workers' stores, applied here."""
+        apply_mean = session_callable(sess, [global_net.apply_mean_gradients],
+                                      [global_net.lr_fraction])
+
+        def apply(lr_fraction) -> bool:
+            apply_mean(lr_fraction)
+            return True
+        return cls(parties, apply)
 
     def join(self, coord, lr_fraction: float) -> bool:
         """Wait until this round's update is applied (True), or until the run stops (False)."""
@@ -1189,15 +1217,16 @@ class UpdateRound:
             self.arrived += 1
             if self.arrived == self.parties:  # the last one in applies the round (at its rate)
                 self.arrived = 0
+                applied = False
                 try:
-                    self.apply(np.float32(lr_fraction))
-                except BaseException:  # the run stops on the error; nobody pulls this round
-                    self.failed = True
-                    raise
-                finally:
+                    applied = self.apply(np.float32(lr_fraction))
+                finally:  # an error or a stop: the run stops; nobody pulls this round
+                    self.failed = self.failed or not applied
                     self.completed += 1
                     self.condition.notify_all()
-                return True
+                if not applied:
+                    coord.request_stop()
+                return applied
             while self.completed == round_number:
                 if coord.should_stop():
                     return False
@@ -1236,6 +1265,9 @@ class GreedyPlayer:
 # Push and pull across processes (--cluster): the global net on the ps tasks
 # ---------------------------------------------------------------------------------------------
 
+WAIT_FOR_ROUND_MS = 7 * 24 * 3600 * 1000  # a cluster's --sync round: no clock (see round_for)
+
+
 class RemoteGlobal:
     """A worker process's view of a cluster run's shared state: the global net and its RMSProp
     slots on the ps tasks (spread over them by replica_device_setter), and the run's counters
@@ -1251,6 +1283,7 @@ class RemoteGlobal:
     def __init__(self, spec: EnvSpec, cfg: Config, cluster, server):
         """server: this process's own, kept alive with it."""
         self.cluster, self.server = cluster, server
+        self.sync = cfg.sync_updates
         self.log = None  # the process's ClusterLog, set once the chief's counters are known
         self.graph = tf.Graph()
         with self.graph.as_default():
@@ -1276,9 +1309,13 @@ class RemoteGlobal:
                 self.grads.append(grads)
             # each update sits on its variable's task; the slots are named as in one process's
             # graph, so that a checkpoint reads the same
-            with v1.device(ps_0):
-                apply = tf.group(*[optimizer.apply_gradients(zip(grads, group)) for optimizer, grads, group
-                                   in zip(make_optimizers(spec, cfg, self.lr_fraction), self.grads, groups)])
+            optimizers = make_optimizers(spec, cfg, self.lr_fraction)
+            if cfg.sync_updates:  # a push adds this process's gradients to the round's sums
+                apply = self._build_rounds(cfg, cluster, groups, optimizers)
+            else:
+                with v1.device(ps_0):
+                    apply = tf.group(*[optimizer.apply_gradients(zip(grads, group)) for optimizer,
+                                       grads, group in zip(optimizers, self.grads, groups)])
             self.control = cluster_module.control_variables(tf, len(cluster.spec["worker"]))
             with v1.device(ps_0):
                 self.counts = v1.placeholder(tf.int64, [3], "counts")  # env steps, episodes, their steps
@@ -1293,6 +1330,8 @@ class RemoteGlobal:
                     with tf.control_dependencies([apply]):
                         pushed.append(tf.identity(p))
                     self.params_now.append(tf.identity(p))
+            if cfg.sync_updates:
+                self._build_round_calls(cluster, totals, mark)
             with v1.device(ps_0):
                 self.row_feeds = [v1.placeholder(getattr(tf, t), [None])
                                   for t in cluster_module.EPISODE_ROW_TYPES]
@@ -1302,8 +1341,139 @@ class RemoteGlobal:
                                                       tf.reshape(self.finished_value, [1]))
                 self.variables = v1.global_variables()
         self.sess = cluster_module.ps_session(tf, cluster, self.graph)
-        flat = [g for group in self.grads for g in group]
-        self.push = session_callable(self.sess, [*pushed, totals, mark], [*flat, self.lr_fraction, self.counts])
+        if not cfg.sync_updates:
+            flat = [g for group in self.grads for g in group]
+            self.push = session_callable(self.sess, [*pushed, totals, mark],
+                                         [*flat, self.lr_fraction, self.counts])
+
+    def _build_rounds(self, cfg: Config, cluster, groups: list, optimizers: list):
+        """--sync on a cluster: where the worker processes' rounds meet, on the ps tasks. Each
+        process adds the sum of its workers' gradients to the round's sums (beside each
+        parameter; returned: the op that adds them) and arrives, with its worker count, in a
+        queue; the chief takes all of the processes' arrivals, applies the sums over the
+        workers' count (mean_gradient_update, as in one process) and releases each process
+        with a token in a queue of its own, after which the process reads the parameters.
+
+        TensorFlow's queues block in C++ without holding the GIL, and nothing here times a
+        wait out: a cancelled dequeue_many drops what it had taken. A stop releases every
+        waiter instead with a token that says stop (release_rounds). Each process's part of a
+        round is one call to the ps (the chief's, two); see _build_round_calls."""
+        ps_0 = "/job:ps/task:0"
+        processes = len(cluster.spec["worker"])
+        self.sums, adds = [], []
+        for group, grads in zip(groups, self.grads):
+            sums = []
+            for p, grad in zip(group, grads):
+                with v1.device(p.device):  # not saved: the chief's checkpoints hold global/ only
+                    total = v1.get_variable(f"sync/{p.op.name}", p.shape, p.dtype.base_dtype,
+                                            v1.zeros_initializer(), trainable=False)
+                    adds.append(total.assign_add(grad, read_value=False))
+                sums.append(total)
+            self.sums.append(sums)
+        with v1.device(ps_0):
+            capacity = 64  # far more than a run leaves in them: an enqueue never waits
+            self.arrivals = v1.FIFOQueue(capacity, [tf.int32, tf.int64], shapes=[[], []],
+                                         shared_name="run/sync_arrivals", name="run/sync_arrivals")
+            self.tokens = [v1.FIFOQueue(capacity, [tf.int64], shapes=[[]],
+                                        shared_name=f"run/sync_token_{task}",
+                                        name=f"run/sync_token_{task}")
+                           for task in range(processes)]
+            self.threads = v1.placeholder(tf.int64, [], "threads")  # a process's workers
+            self.workers_arrived = v1.placeholder(tf.float32, [], "workers_arrived")
+            applied = mean_gradient_update(optimizers, groups, self.sums, self.workers_arrived,
+                                           cfg.clip_norm)
+        zeroed = []
+        for total in (t for sums in self.sums for t in sums):
+            with v1.device(total.device), tf.control_dependencies([applied]):
+                zeroed.append(total.assign(tf.zeros(total.shape, total.dtype), read_value=False))
+        with v1.device(ps_0):
+            go, stop = tf.constant(1, tf.int64), tf.constant(0, tf.int64)
+            with tf.control_dependencies(zeroed):
+                self.release_round = tf.group(*[queue.enqueue(go) for queue in self.tokens])
+            self.release_own = self.tokens[cluster.task].enqueue(stop)
+            self.release_all = tf.group(
+                self.arrivals.enqueue_many([tf.fill([processes], -1),
+                                            tf.zeros([processes], tf.int64)]),
+                *[queue.enqueue(stop) for queue in self.tokens])
+            # what an earlier run on these ps tasks left in the queues: the chief empties them
+            self.drain_rounds = tf.group(*[queue.dequeue_up_to(queue.size())
+                                           for queue in [self.arrivals, *self.tokens]])
+        return tf.group(*adds)
+
+    def _build_round_calls(self, cluster, totals, mark) -> None:
+        """What a process fetches in its part of a round (--sync): the global counters after
+        its counts, and
+          a worker process other than the chief: its token, and the parameters after it, in
+            the call that brings its gradients (arrive_and_wait);
+          the chief: every process's arrival, in the call that brings its own (arrive_and_take),
+            then, in a second call, its token after the round is applied and released, and the
+            parameters (apply_and_release)."""
+        processes = len(cluster.spec["worker"])
+        own_queue = self.tokens[cluster.task]
+
+        def parameters_after(token):
+            params = []
+            for p in self.net.params:
+                with v1.device(p.device), tf.control_dependencies([token]):
+                    params.append(tf.identity(p))
+            return params
+        with v1.device("/job:ps/task:0"):
+            with tf.control_dependencies([totals, mark]):  # arrives once its gradients are in
+                arrive = self.arrivals.enqueue([cluster.task, self.threads])
+            with tf.control_dependencies([arrive]):
+                token = own_queue.dequeue()
+                arrived = self.arrivals.dequeue_many(processes)  # (tasks, their workers)
+            self.arrive_and_wait = [totals, token, *parameters_after(token)]
+            self.arrive_and_take = [totals, *arrived]
+            with tf.control_dependencies([self.release_round]):
+                token = own_queue.dequeue()
+            self.apply_and_release = [token, *parameters_after(token)]
+
+    def round_for(self, sess, global_net: ACNet, workers: int, chief: bool = True):
+        """UpdateRound's apply for --sync on a cluster, run by the last of this process's
+        workers to arrive: their gradients' sum and the process's counts and episodes go to
+        the ps tasks; the chief, once every process has arrived, applies the round; every
+        process waits for its token and puts the new parameters into its own global net, from
+        which its workers pull. False: the run stopped before the round was applied."""
+        local_sums = session_callable(sess, [g for sums in global_net.gradient_sums for g in sums], [])
+        fed, assign = global_net.fed
+        put = session_callable(sess, [assign], fed)
+        # the waits end when the round is applied or a stop releases them, not on a clock (a
+        # timed-out dequeue_many would drop what it took); the chief ends a run whose worker
+        # process is gone (ChiefLink.check_rounds)
+        feeds = [*(g for group in self.grads for g in group), self.threads, self.counts]
+        arrive = session_callable(self.sess, self.arrive_and_take if chief else self.arrive_and_wait,
+                                  feeds, timeout_ms=WAIT_FOR_ROUND_MS)
+        apply = session_callable(self.sess, self.apply_and_release,
+                                 [self.workers_arrived, self.lr_fraction])
+        threads = np.int64(workers)
+
+        def round_(lr_fraction) -> bool:
+            counts, rows = self.log.take()
+            if rows:
+                self.send(rows)
+            totals, *answer = arrive(*local_sums(), threads, counts)
+            self.log.settle(totals, counts)
+            if chief:
+                tasks, workers_each = answer
+                if (tasks < 0).any():  # released by a stop
+                    return False
+                answer = apply(np.float32(workers_each.sum()), lr_fraction)
+            token, *params = answer
+            if token != 1:
+                return False
+            put(*params)
+            return True
+        return round_
+
+    def release_rounds(self, every_process: bool) -> None:
+        """Wake whatever waits in a round (this process's own token; the chief: every process's,
+        and its own wait for arrivals) with a stop; a ps that is gone needs nothing."""
+        try:
+            self.sess.run(self.release_all if every_process else self.release_own,
+                          options=v1.RunOptions(timeout_in_ms=5000))
+        except tf.errors.OpError:
+            pass
 
     def pull_into(self, sess, net: ACNet) -> None:
         """The global parameters as the ps holds them now, into a worker net."""
@@ -1384,6 +1554,9 @@ class ClusterLog:
 
     def __init__(self, cfg: Config, process: int, totals, anneal_start: AnnealStart):
         self.cfg, self.process = cfg, process
+        # --sync: a round needs every process, so only the chief ends the run at the budget
+        # (its stop releases the others); one that stopped on its own would stall the rest
+        self.budget_is_the_chiefs = cfg.sync_updates and process != 0
         self.lock = threading.Lock()
         self.totals = np.array(totals, np.int64)  # env steps, episodes, env steps of those
         self.pending = np.zeros(3, np.int64)
@@ -1426,6 +1599,8 @@ class ClusterLog:
         """From what the ps has confirmed and what is not pushed yet, not what is in flight: a
         push's answer counts its siblings' in-flight pushes too, so counting them here could
         stop the process short of the budget."""
+        if self.budget_is_the_chiefs:
+            return 0.0
         with self.lock:
             seen = self.totals + self.pending
         return budget_used(self.cfg, int(seen[1]), int(seen[0]))
@@ -1480,6 +1655,7 @@ class ChiefLink:
             self.read_state = [control.totals, control.pushes, control.finished]
         self.param_positions = [names.index(n) for n in self.params]
         self.last_pushes, self.last_change, self.silent = None, {}, set()
+        self.rounds_moved, self.told_waiting = time.time(), False  # --sync: see check_rounds
         self.next_param_sync = 0.0
         self.heart_stops = threading.Event()
         self.heart = None
@@ -1492,6 +1668,8 @@ class ChiefLink:
         left = int(remote.run(self.queue_size))  # rows of an earlier run on a ps that outlived it
         if left:
             remote.run(self.dequeue, {self.take_count: left})
+        if self.remote.sync:
+            remote.run(self.remote.drain_rounds)
         values = sess.run(self.local)
         remote.run(self.put_remote, dict(zip(self.remote_feeds, values)))
         remote.run(self.set_start, dict(zip(self.start_values, [
@@ -1542,6 +1720,9 @@ class ChiefLink:
             self.download(sess, params_only=True)
             self.next_param_sync = now + 2.0
         pushes = self.remote.sess.run(self.read_state[1])
+        if self.remote.sync:
+            self.check_rounds(pushes, now, say)
+            return
         for task in range(1, len(pushes)):
             if self.last_pushes is None or pushes[task] != self.last_pushes[task]:
                 self.last_change[task] = now
@@ -1555,6 +1736,33 @@ class ChiefLink:
                     f"{cluster_module.WORKER_SILENCE_S:.0f} s: it has stopped or stalls; the "
                     f"others go on (start it again with the same command to rejoin)")
         self.last_pushes = pushes
+
+    def check_rounds(self, pushes, now: float, say) -> None:
+        """--sync: every round needs every worker process's gradients, so one that stops sending
+        them stalls the run; it ends (WorkerError, with its checkpoint) once the others have
+        waited WORKER_SILENCE_S for one that had sent before, or CHIEF_WAIT_S for one that
+        never joined."""
+        if self.last_pushes is None or (pushes != self.last_pushes).any():
+            self.last_pushes, self.rounds_moved = pushes, now
+            return
+        waited = now - self.rounds_moved
+        behind = [task for task in range(len(pushes)) if pushes[task] < pushes.max()]
+        if not behind or waited < cluster_module.WORKER_SILENCE_S:
+            return
+        names = ", ".join(str(task) for task in behind)
+        if any(pushes[task] for task in behind):
+            self.silent.update(behind)
+            raise WorkerError(f"worker process {names} has sent no gradients for {waited:.0f} s "
+                              f"and a synchronous round needs every worker process's, so the run "
+                              f"stops here; {resume_hint()}")
+        if waited >= cluster_module.CHIEF_WAIT_S:
+            self.silent.update(behind)
+            raise WorkerError(f"worker process {names} did not join within {waited:.0f} s; a "
+                              f"synchronous run needs every worker process of the cluster: start "
+                              f"each with the same cluster file (--job worker --task N)")
+        if not self.told_waiting:
+            self.told_waiting = True
+            say(f"the synchronous rounds wait for worker process {names} to join")
 
     def collect(self, log: EpisodeLog) -> None:
         """The episodes in the queue into episodes.csv, and the global env step count."""
@@ -1755,7 +1963,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             global_net, worker_nets = build_graph(spec, cfg)
             if cluster is not None:
                 remote = RemoteGlobal(spec, cfg, cluster, server)
-                for net in worker_nets:
+                for net in worker_nets + ([global_net] if cfg.sync_updates else []):
                     net.fed = net.feedable_params()
             run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
             checkpoints = Checkpoints(run_dir, cfg, env_id, global_net, spec)
@@ -1794,9 +2002,11 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
                         totals, start.anneal_start)
             checkpoints.before_save = chief.download
             worker_log = remote.log = ClusterLog(cfg, cluster.task, totals, start.anneal_start)
-        rounds = (UpdateRound(len(workers), session_callable(
-            sess, [global_net.apply_mean_gradients], [global_net.lr_fraction]))
-            if cfg.sync_updates else None)
+        rounds = None
+        if cfg.sync_updates and remote is not None:
+            rounds = UpdateRound(len(workers), remote.round_for(sess, global_net, len(workers)))
+        elif cfg.sync_updates:
+            rounds = UpdateRound.in_one_process(sess, global_net, len(workers))
         for worker in workers:
             worker.prepare(sess, seed, remote, rounds)
         checkpoints.best.prepare(sess)
@@ -1868,7 +2078,9 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         error = WorkerError(f"the driver raised {type(exc).__name__}: {first_line(exc)}")
     try:
         # every way out stops and joins the workers before anything they use is closed
-        raised, stuck = stop_workers(coord, threads)
+        release = (None if remote is None or rounds is None
+                   else lambda: remote.release_rounds(every_process=True))
+        raised, stuck = stop_workers(coord, threads, release)
         error = error or raised
         if chief is not None and chief.ps_lost:
             checkpoints.before_save = None  # the ps is gone: save the last copy there is
@@ -1915,10 +2127,13 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     return final
 
 
-def stop_workers(coord, threads: list) -> tuple:
+def stop_workers(coord, threads: list, release=None) -> tuple:
     """Stop the threads and join them (30 s of grace): (what a worker raised, for which the
-    Coordinator stopped the others, or None; the names of threads still running)."""
+    Coordinator stopped the others, or None; the names of threads still running). release():
+    wakes a thread that waits where the Coordinator cannot reach it (a cluster's --sync round)."""
     coord.request_stop()
+    if release is not None:
+        release()
     try:
         coord.join(threads, stop_grace_period_secs=30, ignore_live_threads=True)
         raised = None
@@ -2005,9 +2220,9 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
     local = tf.Graph()
     with local.as_default():
         v1.set_random_seed(seed)
-        _, worker_nets = build_graph(spec, cfg)
-        for net in worker_nets:
-            net.fed = net.feedable_params()
+        global_net, worker_nets = build_graph(spec, cfg)
+        for net in worker_nets + ([global_net] if cfg.sync_updates else []):
+            net.fed = net.feedable_params()  # (--sync: a round's parameters go to global_net)
         init = v1.global_variables_initializer()
     remote = RemoteGlobal(spec, run_cfg, cluster, server)  # the chief's rates, whatever --workers
     remote.mark_finished(0)  # (a process that rejoins)
@@ -2016,12 +2231,16 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
     sess.run(init)
     remote.log = ClusterLog(cfg, cluster.task, totals, AnnealStart(*anneal_start))
     workers_here = [Worker(i, net, run["env"], spec, cfg) for i, net in enumerate(worker_nets)]
+    rounds = (UpdateRound(len(workers_here), remote.round_for(sess, global_net, len(workers_here),
+                                                              chief=False))
+              if cfg.sync_updates else None)
     for worker in workers_here:
-        worker.prepare(sess, seed, remote)
+        worker.prepare(sess, seed, remote, rounds)
     coord = v1.train.Coordinator()
     threads = start_workers(workers_here, coord, remote.log, layout)
     console.say(f"worker process {cluster.task} joined the run of {run['env']} at "
-                f"{int(totals[0]):,} env steps with {cfg.workers} workers x {cfg.envs_per_worker} envs")
+                f"{int(totals[0]):,} env steps with {cfg.workers} workers x {cfg.envs_per_worker} envs"
+                f"{', synchronous updates (A2C)' if cfg.sync_updates else ''}")
     outcome = "done"
     try:
         while not coord.wait_for_stop(0.5):
@@ -2031,7 +2250,8 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
                 coord.request_stop()
     except KeyboardInterrupt:
         outcome = "interrupted"
-    error, stuck = stop_workers(coord, threads)
+    error, stuck = stop_workers(coord, threads, None if rounds is None else
+                                lambda: remote.release_rounds(every_process=False))
     if outcome in ("done", "interrupted") and error is None and not stuck:
         attempt("send the last episodes to the chief", remote.flush)
     if stuck:  # closing what a running thread uses could crash the process
@@ -2860,15 +3080,14 @@ def main(argv=None, command_line: bool = False) -> int:
             env_id, cfg = args.env, config_from_args(args)
             if isinstance(cluster, int):
                 probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
-        if shape is not None and cfg.sync_updates:
-            raise UsageError("--sync runs in one process; a cluster's updates are asynchronous "
-                             "(drop --sync or --cluster)")
         if isinstance(cluster, int):
             if command_line:  # the launcher needs no TensorFlow, so drop it
-                cluster_module.become_launcher(os.path.abspath(__file__), sys.argv[1:], cluster)
+                cluster_module.become_launcher(os.path.abspath(__file__), sys.argv[1:], cluster,
+                                               cfg.sync_updates)
             return cluster_module.launch_local(os.path.abspath(__file__),
                                                list(sys.argv[1:] if argv is None else argv),
-                                               cluster, lambda text: tell(sys.stderr, text))
+                                               cluster, lambda text: tell(sys.stderr, text),
+                                               sync=cfg.sync_updates)
         if args.resume is not None:
             summary = train(env_id, cfg, show_plot=not args.no_plot, resume_dir=args.resume,
                             cluster=cluster)

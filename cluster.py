@@ -324,11 +324,12 @@ def parent_death_signal():
     return lambda: prctl(1, int(signal.SIGTERM))
 
 
-def launch_local(script: str, argv: list, workers: int, say) -> int:
+def launch_local(script: str, argv: list, workers: int, say, sync: bool = False) -> int:
     """Start a ps and `workers` worker processes of `script` on free 127.0.0.1 ports, each with
     argv (less --cluster) plus its place in the cluster; show the chief's output, report the
     others' ends; on Ctrl-C or SIGTERM stop the workers (the chief saves its checkpoint), then
-    the ps. Returns the chief's exit status. No child outlives this process."""
+    the ps. Returns the chief's exit status. No child outlives this process. sync: the run's
+    updates are synchronous (--sync), so a worker process that ends ends the run."""
     ports = free_loopback_ports(1 + workers)
     spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
     base = [sys.executable, script, *without_flags(argv, ("--cluster", "--job", "--task")),
@@ -368,9 +369,10 @@ def launch_local(script: str, argv: list, workers: int, say) -> int:
                 if key != ("worker", 0) and key not in reported and child.poll() is not None:
                     reported.add(key)
                     if child.returncode != 0 and chief.poll() is None and not stopping:
+                        after = ("" if key[0] != "worker" else "; the other workers go on" if not sync
+                                 else "; the synchronous rounds need it: the chief stops the run")
                         say(f"a3c.py: {key[0]} process {key[1]} exited with status "
-                            f"{child.returncode}" + ("; the other workers go on" if key[0] == "worker"
-                                                     else ""))
+                            f"{child.returncode}{after}")
             if chief.poll() is not None:  # a signal's death as the shell reports it
                 code = chief.returncode
                 if code not in (0, 1, 2, 130) and not stopping:
@@ -414,15 +416,16 @@ def stop_all(children: dict, say) -> None:
                 child.wait()
 
 
-def become_launcher(script: str, argv: list, workers: int) -> None:
+def become_launcher(script: str, argv: list, workers: int, sync: bool) -> None:
     """Replace this process, which has TensorFlow loaded (~600 MB) to check the command line, by
     the launcher, which needs none of it: same pid, so Ctrl-C and SIGTERM still reach it."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), "--launch", str(workers),
-                              script, *argv])
+                              "sync" if sync else "async", script, *argv])
 
 
-if __name__ == "__main__" and len(sys.argv) >= 4 and sys.argv[1] == "--launch":
-    sys.exit(launch_local(sys.argv[3], sys.argv[4:], int(sys.argv[2]),
-                          lambda text: print(text, file=sys.stderr, flush=True)))
+if __name__ == "__main__" and len(sys.argv) >= 5 and sys.argv[1] == "--launch":
+    sys.exit(launch_local(sys.argv[4], sys.argv[5:], int(sys.argv[2]),
+                          lambda text: print(text, file=sys.stderr, flush=True),
+                          sync=sys.argv[3] == "sync"))

@@ -82,7 +82,7 @@ class Config:
     losses, optimisers and logs as the asynchronous default (a row's grad_norm is its worker's
     own batch's, before the mean); a round waits for its slowest worker. --sync starts from the
     env's SYNC_PRESETS values below (CartPole's rates among them); results/study.md compares the
-    two modes."""
+    two modes. On a cluster a round spans every worker process (README: Synchronous updates)."""
     anneal_lr: bool = False
     """Decrease both learning rates linearly to 0 over the run's budget, as the A3C paper did,
     moving with every env step: a max_steps budget counts env steps, a max_episodes budget is

@@ -25,8 +25,7 @@ def sync_workers(env_id, **fields):
     spec = a3c.probe_spec(env_id, cfg)
     sess, global_net, nets = build_session(spec, cfg)
     workers = [a3c.Worker(i, net, env_id, spec, cfg) for i, net in enumerate(nets)]
-    rounds = a3c.UpdateRound(len(workers), a3c.session_callable(
-        sess, [global_net.apply_mean_gradients], [global_net.lr_fraction]))
+    rounds = a3c.UpdateRound.in_one_process(sess, global_net, len(workers))
     for worker in workers:
         worker.prepare(sess, seed=3, rounds=rounds)
     return sess, global_net, workers, rounds, spec, cfg
@@ -185,12 +184,9 @@ def test_a_nan_stops_every_sync_worker_and_nothing_non_finite_is_applied(tmp_pat
             assert np.all(np.isfinite(v1.train.load_variable(checkpoint, name))), name
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--sync", "--set", "sync_updates=false"], ["sync_updates is set twice", "--sync"]),
-    (["--sync", "--cluster", "local:2"], ["--sync runs in one process"]),
-])
-def test_sync_flags_that_do_not_fit_are_refused(argv, words, capsys, tmp_path):
-    assert_refused(argv, capsys, tmp_path, *words)
+def test_sync_set_twice_is_refused(capsys, tmp_path):
+    assert_refused(["--sync", "--set", "sync_updates=false"], capsys, tmp_path,
+                   "sync_updates is set twice", "--sync")
 
 
 def test_sync_takes_its_own_preset_values_under_the_command_lines():
