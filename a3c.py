@@ -995,7 +995,7 @@ class EpisodeLog:
 # The worker loop
 # ---------------------------------------------------------------------------------------------
 
-def session_callable(sess, fetches: list, feeds: list, timeout_ms: int = 0):
+def session_callable(sess, fetches: list, feeds: list):
     """A function of the feeds' values (NumPy arrays of exactly the placeholders' dtypes) that
     runs `fetches` in one session call and returns the values of the tensors among them.
 
@@ -1004,7 +1004,6 @@ def session_callable(sess, fetches: list, feeds: list, timeout_ms: int = 0):
     throughout. The C++ callable beneath it (Session._make_callable_from_options, which
     TensorFlow's own Keras 2 backend uses) costs ~4 us and releases the GIL while the ops run,
     so worker threads overlap. A TensorFlow without it gets make_callable: same results, slower.
-    timeout_ms: a limit on this call other than the session's (0: the session's).
     """
     tensors = [f for f in fetches if isinstance(f, tf.Tensor)]
     operations = [f for f in fetches if isinstance(f, tf.Operation)]
@@ -1012,10 +1011,9 @@ def session_callable(sess, fetches: list, feeds: list, timeout_ms: int = 0):
     if CallableOptions is None or make_from_options is None:
         slow = sess.make_callable(tensors + operations, feed_list=feeds)
         return lambda *values: slow(*values)[:len(tensors)]
-    options = CallableOptions(feed=[t.name for t in feeds], fetch=[t.name for t in tensors],
-                              target=[op.name for op in operations])
-    options.run_options.timeout_in_ms = timeout_ms
-    return make_from_options(options)
+    return make_from_options(CallableOptions(feed=[t.name for t in feeds],
+                                             fetch=[t.name for t in tensors],
+                                             target=[op.name for op in operations]))
 
 
 class Worker:
@@ -1341,6 +1339,15 @@ class RemoteGlobal:
                                                       tf.reshape(self.finished_value, [1]))
                 self.variables = v1.global_variables()
         self.sess = cluster_module.ps_session(tf, cluster, self.graph)
+        # --sync: the calls that wait in a round have a session of their own, without the
+        # timeout of every other call (see round_for)
+        self.round_sess = (cluster_module.ps_session(tf, cluster, self.graph, WAIT_FOR_ROUND_MS)
+                           if self.sync else None)
+        # --sync: a round's parameters and the chief's downloads both write this process's
+        # global net (ChiefLink.download); one at a time, so that a download read before a
+        # round cannot put older parameters back after it
+        self.local_params_lock = threading.Lock()
+        self.round_seconds, self.last_round_at = deque(maxlen=20), None  # the chief's, recent
         if not cfg.sync_updates:
             flat = [g for group in self.grads for g in group]
             self.push = session_callable(self.sess, [*pushed, totals, mark],
@@ -1371,7 +1378,9 @@ class RemoteGlobal:
                 sums.append(total)
             self.sums.append(sums)
         with v1.device(ps_0):
-            capacity = 64  # far more than a run leaves in them: an enqueue never waits
+            # a run leaves at most 2 entries per process in arrivals (its own and a stop) and
+            # 3 in a token queue: with room for far more, an enqueue never waits
+            capacity = 16 + 4 * processes
             self.arrivals = v1.FIFOQueue(capacity, [tf.int32, tf.int64], shapes=[[], []],
                                          shared_name="run/sync_arrivals", name="run/sync_arrivals")
             self.tokens = [v1.FIFOQueue(capacity, [tf.int64], shapes=[[]],
@@ -1442,11 +1451,12 @@ class RemoteGlobal:
         # timed-out dequeue_many would drop what it took); the chief ends a run whose worker
         # process is gone (ChiefLink.check_rounds)
         feeds = [*(g for group in self.grads for g in group), self.threads, self.counts]
-        arrive = session_callable(self.sess, self.arrive_and_take if chief else self.arrive_and_wait,
-                                  feeds, timeout_ms=WAIT_FOR_ROUND_MS)
+        arrive = session_callable(self.round_sess,
+                                  self.arrive_and_take if chief else self.arrive_and_wait, feeds)
         apply = session_callable(self.sess, self.apply_and_release,
                                  [self.workers_arrived, self.lr_fraction])
         threads = np.int64(workers)
+        processes = len(self.cluster.spec["worker"])
 
         def round_(lr_fraction) -> bool:
             counts, rows = self.log.take()
@@ -1458,11 +1468,20 @@ class RemoteGlobal:
                 tasks, workers_each = answer
                 if (tasks < 0).any():  # released by a stop
                     return False
+                if sorted(tasks.tolist()) != list(range(processes)):  # a bug, or a stray process
+                    raise RuntimeError(f"a synchronous round's arrivals came from worker "
+                                       f"processes {sorted(tasks.tolist())}, not each of 0-{processes - 1} "
+                                       f"once; nothing of it was applied")
                 answer = apply(np.float32(workers_each.sum()), lr_fraction)
+                now = time.time()
+                if self.last_round_at is not None:  # (the first one waited for the others to join)
+                    self.round_seconds.append(now - self.last_round_at)
+                self.last_round_at = now
             token, *params = answer
             if token != 1:
                 return False
-            put(*params)
+            with self.local_params_lock:
+                put(*params)
             return True
         return round_
 
@@ -1527,6 +1546,8 @@ class RemoteGlobal:
 
     def close(self) -> None:
         close_remote_session(self.sess)
+        if self.round_sess is not None:
+            close_remote_session(self.round_sess)
 
 
 def close_remote_session(sess) -> None:
@@ -1698,9 +1719,10 @@ class ChiefLink:
     def download(self, sess, params_only: bool = False) -> None:
         """The ps tasks' global net (and slots) into the chief's local copy."""
         positions = self.param_positions if params_only else range(len(self.local))
-        values = self.remote.sess.run([self.remote_vars[i] for i in positions])
-        sess.run([self.put_local[i] for i in positions],
-                 {self.feeds[i]: value for i, value in zip(positions, values)})
+        with self.remote.local_params_lock:
+            values = self.remote.sess.run([self.remote_vars[i] for i in positions])
+            sess.run([self.put_local[i] for i in positions],
+                     {self.feeds[i]: value for i, value in zip(positions, values)})
 
     def tick(self, sess, log: EpisodeLog, say) -> None:
         """Once per supervisor loop: episodes, counters, silent workers, and every 2 s the
@@ -1719,10 +1741,10 @@ class ChiefLink:
         if now >= self.next_param_sync:
             self.download(sess, params_only=True)
             self.next_param_sync = now + 2.0
-        pushes = self.remote.sess.run(self.read_state[1])
         if self.remote.sync:
-            self.check_rounds(pushes, now, say)
+            self.check_rounds(*self.remote.sess.run(self.read_state[1:]), now, say)
             return
+        pushes = self.remote.sess.run(self.read_state[1])
         for task in range(1, len(pushes)):
             if self.last_pushes is None or pushes[task] != self.last_pushes[task]:
                 self.last_change[task] = now
@@ -1737,19 +1759,27 @@ class ChiefLink:
                     f"others go on (start it again with the same command to rejoin)")
         self.last_pushes = pushes
 
-    def check_rounds(self, pushes, now: float, say) -> None:
+    def check_rounds(self, pushes, finished, now: float, say) -> None:
         """--sync: every round needs every worker process's gradients, so one that stops sending
-        them stalls the run; it ends (WorkerError, with its checkpoint) once the others have
-        waited WORKER_SILENCE_S for one that had sent before, or CHIEF_WAIT_S for one that
-        never joined."""
+        them stalls the run. It ends (WorkerError, with its checkpoint) at once when a process
+        that is behind has stopped (it marked itself finished), once the others have waited
+        WORKER_SILENCE_S, or five of the slowest recent rounds if longer, for one that had
+        sent before, and after CHIEF_WAIT_S for one that never joined."""
         if self.last_pushes is None or (pushes != self.last_pushes).any():
             self.last_pushes, self.rounds_moved = pushes, now
             return
         waited = now - self.rounds_moved
         behind = [task for task in range(len(pushes)) if pushes[task] < pushes.max()]
-        if not behind or waited < cluster_module.WORKER_SILENCE_S:
-            return
         names = ", ".join(str(task) for task in behind)
+        gone = [task for task in behind if finished[task]]
+        if gone:
+            self.silent.update(behind)
+            raise WorkerError(f"worker process {', '.join(map(str, gone))} has stopped, and a "
+                              f"synchronous round needs every worker process, so the run stops "
+                              f"here; {resume_hint()}")
+        patience = max([cluster_module.WORKER_SILENCE_S, *(5 * t for t in self.remote.round_seconds)])
+        if not behind or waited < patience:
+            return
         if any(pushes[task] for task in behind):
             self.silent.update(behind)
             raise WorkerError(f"worker process {names} has sent no gradients for {waited:.0f} s "
@@ -2214,6 +2244,12 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
         raise UsageError(f"--env {env_id}: the cluster's run trains {run['env']}; a worker "
                          f"process takes the chief's env and config (drop --env)")
     run_cfg = config_module.from_dict(run["config"])  # the global net's, and its learning rates
+    if run_cfg.sync_updates and control_sess.run(control.pushes)[cluster.task]:
+        # its last round may still be in the queues on the ps: taking it back could misalign
+        # the rounds; the chief ends the run when it goes silent
+        raise UsageError(f"worker process {cluster.task} already took part in this synchronous "
+                         f"(--sync) run, which cannot take a worker process back; once the chief "
+                         f"has ended it, {resume_hint()}")
     cfg = run_cfg if workers is None else checked(dataclasses.replace(run_cfg, workers=workers))
     seed = int(np.random.SeedSequence([run["seed"], cluster.task]).generate_state(1)[0])
     spec = probe_spec(run["env"], cfg)

@@ -220,17 +220,19 @@ def start_server(tf, cluster: Cluster):
                            f"{cluster.address}: {str(exc).strip().splitlines()[0]}") from None
 
 
-def ps_session(tf, cluster: Cluster, graph):
+def ps_session(tf, cluster: Cluster, graph, timeout_ms: typing.Optional[int] = None):
     """A session whose graph runs on the ps tasks, through ps task 0's own master.
 
     Through this process's master a call to the ps costs ~1.6 ms of this process's CPU even for
     one scalar op (the master splits each step between its own task and the ps, and drives the
     ps's part over gRPC); through the ps's master ~0.2 ms, and ~0.55 ms of latency (loopback,
-    2 cores). So every op of these graphs sits on a ps task, and only the ps tasks are asked for."""
+    2 cores). So every op of these graphs sits on a ps task, and only the ps tasks are asked for.
+    timeout_ms: how long a call may take, CALL_TIMEOUT_MS unless given (a gRPC session applies
+    this to every call; a callable's own run options are not read)."""
     return tf.compat.v1.Session(f"grpc://{cluster.spec['ps'][0]}", graph=graph,
                                 config=tf.compat.v1.ConfigProto(
                                     device_filters=["/job:ps"], device_count={"GPU": 0},
-                                    operation_timeout_in_ms=CALL_TIMEOUT_MS))
+                                    operation_timeout_in_ms=timeout_ms or CALL_TIMEOUT_MS))
 
 
 class ChiefWatch:

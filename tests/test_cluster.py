@@ -311,42 +311,52 @@ def test_a_cluster_run_resumes_from_the_chiefs_checkpoint_with_its_counters(chie
 def sync_cluster(**fields):
     """One ps and two worker processes' parts, in this process on loopback gRPC: for each
     worker task, its local graph (global net and worker nets), its session and its
-    RemoteGlobal; task 0 has 2 workers, task 1 has 3. The ps's variables start from the
-    chief's global net, as ChiefLink.start puts them there."""
+    RemoteGlobal; task 0 has 2 workers, task 1 has 3. Every call to the ps but a round's
+    waits has a 1 s limit, so that a round that waited on it would fail."""
     v1 = tf.compat.v1
     ports = cluster.free_loopback_ports(3)
     spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
     servers = [cluster.start_server(tf, cluster.Cluster(spec, "ps", 0))]
     processes = []
-    for task, workers in enumerate((2, 3)):
-        cfg = dataclasses.replace(config_module.config_for("Pendulum-v1", sync=True), workers=workers,
-                                  actor_hidden=(8,), critic_hidden=(8,), **fields)
-        env_spec = a3c.probe_spec("Pendulum-v1", cfg)
-        place = cluster.Cluster(spec, "worker", task)
-        servers.append(cluster.start_server(tf, place))
-        sess, global_net, nets = build_session(env_spec, cfg)
-        with sess.graph.as_default():
-            global_net.fed = global_net.feedable_params()
-        remote = a3c.RemoteGlobal(env_spec, cfg, place, servers[-1])
-        remote.log = a3c.ClusterLog(cfg, task, (0, 0, 0), a3c.AnnealStart())
-        processes.append(dict(sess=sess, global_net=global_net, nets=nets, remote=remote, cfg=cfg,
-                              spec=env_spec, round=remote.round_for(sess, global_net, workers,
-                                                                    chief=task == 0)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cluster, "CALL_TIMEOUT_MS", 1000)
+        for task, workers in enumerate((2, 3)):
+            cfg = dataclasses.replace(config_module.config_for("Pendulum-v1", sync=True),
+                                      workers=workers, actor_hidden=(8,), critic_hidden=(8,), **fields)
+            env_spec = a3c.probe_spec("Pendulum-v1", cfg)
+            place = cluster.Cluster(spec, "worker", task)
+            servers.append(cluster.start_server(tf, place))
+            sess, global_net, nets = build_session(env_spec, cfg)
+            with sess.graph.as_default():
+                global_net.fed = global_net.feedable_params()
+            remote = a3c.RemoteGlobal(env_spec, cfg, place, servers[-1])
+            remote.log = a3c.ClusterLog(cfg, task, (0, 0, 0), a3c.AnnealStart())
+            processes.append(dict(sess=sess, global_net=global_net, nets=nets, remote=remote,
+                                  cfg=cfg, spec=env_spec, round=remote.round_for(
+                                      sess, global_net, workers, chief=task == 0)))
     chief = processes[0]["remote"]
     with chief.graph.as_default():
         chief.sess.run(v1.variables_initializer(chief.variables))
-        chief.sess.run(chief.drain_rounds)
         fed = [v1.placeholder(p.dtype.base_dtype, p.shape) for p in chief.net.params]
-        chief.sess.run([p.assign(f) for p, f in zip(chief.net.params, fed)],
-                       dict(zip(fed, processes[0]["sess"].run(processes[0]["global_net"].params))))
+        chief.put_params = lambda values: chief.sess.run(
+            [p.assign(f) for p, f in zip(chief.net.params, fed)], dict(zip(fed, values)))
+        chief.zero_sums = v1.variables_initializer([s for sums in chief.sums for s in sums])
     return processes, servers
 
 
-def store_random_gradients(process, rng):
+def fresh_rounds(processes):
+    """The ps's global net as the chief's own (as ChiefLink.start puts it there), empty round
+    queues and zero sums: what another test left behind is gone."""
+    chief = processes[0]["remote"]
+    chief.sess.run([chief.drain_rounds, chief.zero_sums])
+    chief.put_params(processes[0]["sess"].run(processes[0]["global_net"].params))
+
+
+def store_random_gradients(process, rng, scale):
     """Random stored gradients in each of a process's worker nets: [worker][group][param]."""
     stored = []
     for net in process["nets"]:
-        values = [[rng.normal(size=v.shape).astype(np.float32) for v in group]
+        values = [[scale * rng.normal(size=v.shape).astype(np.float32) for v in group]
                   for group in net.gradient_store]
         for group, arrays in zip(net.gradient_store, values):
             for variable, value in zip(group, arrays):
@@ -355,50 +365,59 @@ def store_random_gradients(process, rng):
     return stored
 
 
-def run_rounds(processes, lr_fraction=1.0):
+def run_rounds(processes, lr_fraction=1.0, late_s=0.0):
     """Each process's round function in a thread of its own (the chief's waits for the other's
-    arrival, the other for its token); their answers."""
+    arrival, the other for its token), the others starting late_s after the chief; their
+    answers."""
     answers = {}
 
     def play(task):
+        if task:
+            time.sleep(late_s)
         answers[task] = processes[task]["round"](np.float32(lr_fraction))
     threads = [threading.Thread(target=play, args=(task,)) for task in range(len(processes))]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(30)
+        thread.join(30 + late_s)
     assert not any(thread.is_alive() for thread in threads), "a round was left waiting"
     return answers
 
 
 @pytest.fixture(scope="module")
 def sync_processes():
-    """sync_cluster's processes, shared: the round test leaves their queues empty."""
-    processes, servers = sync_cluster(clip_norm=1e6)
+    processes, servers = sync_cluster(clip_norm=1.0)
     yield processes
     del servers  # (TensorFlow's servers live as long as this process)
 
 
-def test_a_clusters_sync_round_applies_every_workers_mean_once_and_every_process_pulls_it(
+def test_a_clusters_sync_round_applies_every_workers_mean_clipped_once_and_every_process_pulls_it(
         sync_processes):
     processes = sync_processes
+    fresh_rounds(processes)
     rng = np.random.default_rng(5)
     chief = processes[0]["remote"]
     cfg, spec = processes[0]["cfg"], processes[0]["spec"]
     rates = a3c.learning_rates(cfg, spec)
     mean_square = None
-    for round_number in range(2):  # the second round's update is its own gradients' only
+    # the first round's mean is under the clip, the second's over it (clipped as one batch's,
+    # not process by process); the second's update is its own gradients' only (sums zeroed)
+    for round_number, scale in enumerate((0.01, 1.0)):
         before = chief.sess.run(chief.params_now)
-        stored = [w for process in processes for w in store_random_gradients(process, rng)]
+        stored = [w for process in processes for w in store_random_gradients(process, rng, scale)]
         processes[1]["remote"].log.add_steps(7)
-        assert run_rounds(processes, 0.5) == {0: True, 1: True}
+        # worker process 1 comes 2.5 s late: longer than any other call to the ps may take
+        assert run_rounds(processes, 0.5, late_s=2.5 * round_number) == {0: True, 1: True}
         after = chief.sess.run(chief.params_now)
         mean = [[np.mean([w[group][j] for w in stored], axis=0)  # over all 5 workers
                  for j in range(len(stored[0][group]))] for group in range(len(rates))]
         mean_square = mean_square or [[np.ones_like(g) for g in group] for group in mean]
         steps = []
         for group, rate in enumerate(rates):
+            norm = np.sqrt(sum(np.sum(g ** 2) for g in mean[group]))
+            assert (norm > cfg.clip_norm) == (scale == 1.0), "the clip binds in round 2 only"
             for j, g in enumerate(mean[group]):  # TF1's RMSProp: the mean square starts at 1
+                g = g * min(1.0, cfg.clip_norm / norm)
                 mean_square[group][j] = (cfg.rmsprop_decay * mean_square[group][j]
                                          + (1 - cfg.rmsprop_decay) * g ** 2)
                 steps.append(0.5 * rate * g / np.sqrt(mean_square[group][j] + cfg.rmsprop_epsilon))
@@ -415,6 +434,7 @@ def test_a_clusters_sync_round_applies_every_workers_mean_once_and_every_process
 
 def test_a_stop_releases_a_clusters_sync_round_without_an_update(sync_processes):
     processes = sync_processes
+    fresh_rounds(processes)
     chief = processes[0]["remote"]
     before = chief.sess.run(chief.params_now)
     answers = {}
@@ -429,6 +449,21 @@ def test_a_stop_releases_a_clusters_sync_round_without_an_update(sync_processes)
         np.testing.assert_array_equal(old, new)
     # worker process 1's next round meets the stop the chief left for it: it does not wait
     assert run_rounds(processes[1:]) == {0: False}
+
+
+def test_a_sync_round_with_a_process_twice_and_another_missing_is_refused(sync_processes):
+    processes = sync_processes
+    fresh_rounds(processes)
+    chief = processes[0]["remote"]
+    before = chief.sess.run(chief.params_now)
+    with chief.graph.as_default():
+        stray = chief.arrivals.enqueue([np.int32(1), np.int64(3)])
+    for _ in range(2):  # worker process 1 twice, as a process that rejoined could
+        chief.sess.run(stray)
+    with pytest.raises(RuntimeError, match=r"from worker processes \[1, 1\], not each of 0-1"):
+        processes[0]["round"](np.float32(1))
+    for old, new in zip(before, chief.sess.run(chief.params_now)):
+        np.testing.assert_array_equal(old, new)
 
 
 @pytest.fixture(scope="module")
@@ -465,7 +500,7 @@ def test_a_lost_worker_process_ends_a_sync_cluster_run_with_its_checkpoint(sync_
     assert run["code"] == 1, run["stderr"]
     assert "synchronous updates (A2C); the chief of a cluster" in run["stdout"].splitlines()[0]
     assert "the synchronous rounds need it: the chief stops the run" in run["stderr"]
-    assert "worker process 1 has sent no gradients for 6 s" in run["stderr"]
+    assert re.search(r"worker process 1 has sent no gradients for \d+ s", run["stderr"])
     assert "--resume RUN_DIR" in run["stderr"]
     assert run["took"] < cluster.WORKER_SILENCE_S + 15, "no round is left waiting"
     assert run["left"] == [], "no process of the cluster outlives its launcher"
