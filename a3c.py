@@ -2337,10 +2337,15 @@ def supervise(coord, log: EpisodeLog, checkpoints: "Checkpoints", sess, cfg: Con
 
 def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
                    earlier: dict) -> RunHistory:
-    """Restore the run's latest checkpoint into sess and say where training continues from:
-    its episodes, its env step count (the checkpoint's, or further if the CSV recorded episodes
+    """Restore the run's latest checkpoint into sess and say where training continues from
+    (resume_point)."""
+    return resume_point(run_dir, cfg, earlier, checkpoints.restore(sess))
+
+
+def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int) -> RunHistory:
+    """Where a run resumed from a checkpoint of checkpoint_steps env steps goes on: its
+    episodes, its env step count (the checkpoint's, or further if the CSV recorded episodes
     after it), and the learning rate it had annealed to. UsageError if its budget is spent."""
-    checkpoint_steps = checkpoints.restore(sess)
     try:
         rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
     except (OSError, KeyError, ValueError) as exc:
@@ -2372,6 +2377,7 @@ CHECKPOINT_FOLDER = "checkpoints"
 BEST_FOLDER = "best"      # checkpoints/best/: the best agent of the run (BestCheckpoint)
 BEST_INFO = "best.json"   # beside it: its score, mean-100, episode, env steps, checkpoint name
 ENV_ID_VARIABLE = "run/env_id"
+ENV_STEPS_VARIABLE = "run/env_steps"
 
 
 class Checkpoints:
@@ -2383,7 +2389,7 @@ class Checkpoints:
         self.folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
         self.env_id = env_id
         env_id_variable = v1.Variable(env_id, name=ENV_ID_VARIABLE, trainable=False)  # checked
-        self.env_steps = v1.get_variable("run/env_steps", [], tf.int64, v1.zeros_initializer(),
+        self.env_steps = v1.get_variable(ENV_STEPS_VARIABLE, [], tf.int64, v1.zeros_initializer(),
                                          trainable=False)
         self.steps_in = v1.placeholder(tf.int64, [], "run/env_steps_in")
         self.set_steps = self.env_steps.assign(self.steps_in)
@@ -3117,6 +3123,10 @@ def main(argv=None, command_line: bool = False) -> int:
             if isinstance(cluster, int):
                 probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
         if isinstance(cluster, int):
+            if args.resume is not None:  # a run that cannot go on: refused before any process starts
+                checkpoint = latest_checkpoint(os.path.join(args.resume, CHECKPOINT_FOLDER))
+                resume_point(args.resume, cfg, read_run_info(args.resume),
+                             int(v1.train.load_variable(checkpoint, ENV_STEPS_VARIABLE)))
             if command_line:  # the launcher needs no TensorFlow, so drop it
                 cluster_module.become_launcher(os.path.abspath(__file__), sys.argv[1:], cluster,
                                                cfg.sync_updates)

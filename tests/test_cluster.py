@@ -449,6 +449,14 @@ def test_a_stop_releases_a_clusters_sync_round_without_an_update(sync_processes)
         np.testing.assert_array_equal(old, new)
     # worker process 1's next round meets the stop the chief left for it: it does not wait
     assert run_rounds(processes[1:]) == {0: False}
+    # and its own stop releases it from a round it waits in (the chief never comes)
+    waiting = threading.Thread(target=lambda: answers.update(other=processes[1]["round"](np.float32(1))))
+    waiting.start()
+    waiting.join(2.0)
+    assert waiting.is_alive(), "worker process 1 waits for its token"
+    processes[1]["remote"].release_rounds(every_process=False)
+    waiting.join(5.0)
+    assert not waiting.is_alive() and answers["other"] is False
 
 
 def test_a_sync_round_with_a_process_twice_and_another_missing_is_refused(sync_processes):
@@ -537,3 +545,42 @@ def test_only_the_chief_ends_a_sync_cluster_run_at_its_budget():
     assert a3c.ClusterLog(cfg, 1, past_it, a3c.AnnealStart()).budget_used() == 0.0
     unsynced = dataclasses.replace(cfg, sync_updates=False)
     assert a3c.ClusterLog(unsynced, 1, past_it, a3c.AnnealStart()).budget_used() >= 1.0
+
+
+def test_a_cluster_run_that_cannot_go_on_is_refused_before_any_process_starts(sync_worker_lost):
+    run_dir = sync_worker_lost["run_dir"]
+    refusal = subprocess.run([sys.executable, A3C, "--resume", run_dir, "--cluster", "local:2",
+                              "--no-plot", "--max-episodes", "0", "--max-steps", "1000"],
+                             capture_output=True, text=True, timeout=120)
+    assert refusal.returncode == 2
+    said = [line for line in refusal.stderr.splitlines() if line.startswith("a3c.py")]
+    assert len(said) == 1 and "already used its budget" in said[0], "no process started to say more"
+
+
+def test_ctrl_c_stops_a_sync_cluster_run_with_every_process_and_a_checkpoint(sync_worker_lost, tmp_path):
+    """Ctrl-C on local:N's launcher: each worker process gets SIGTERM and leaves its round (the
+    chief's stop releases the others, each process's own releases itself)."""
+    run_dir = sync_worker_lost["run_dir"]
+    before = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    # (at the base rates: an earlier test may have annealed them to 0 at its budget)
+    proc = launch(["--resume", run_dir, "--cluster", "local:2", "--no-plot", "--max-episodes", "0",
+                   "--max-steps", "100000000", "--set", "anneal_lr=false"], str(tmp_path))
+    try:
+        def both_played_again():
+            assert proc.poll() is None, output(tmp_path, "stderr")
+            rows = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
+            return set(rows["process"][len(before["episode"]):]) == {0, 1}
+        wait_for(both_played_again, 150, "episodes of both processes after the resume")
+        proc.send_signal(signal.SIGINT)
+        stopped = time.time()
+        code = finish(proc)
+        took = time.time() - stopped
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = output(tmp_path, "stderr")
+    assert code == 130, stderr
+    assert took < 20, "no round is left waiting"
+    assert "no gradients" not in stderr and "has stopped" not in stderr
+    assert re.search(r"^interrupted: episodes", output(tmp_path, "stdout"), re.M)
+    assert processes_mentioning(run_dir) == []
