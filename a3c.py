@@ -95,9 +95,11 @@ class UsageError(Exception):
 def first_line(exc: Exception) -> str:
     """The first line of an exception's message (or its type's name): fit for a one-line error."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].startswith("Graph execution error"):  # TensorFlow's header
+    while len(lines) > 1 and (lines[0].startswith("Graph execution error")  # TensorFlow's headers
+                              or lines[0].startswith("From /job:") and lines[0].endswith(":")):
         lines = lines[1:]
-    return lines[0] if lines else type(exc).__name__
+    line = lines[0] if lines else type(exc).__name__
+    return line if len(line) <= 300 else line[:300] + " ..."  # (a request's dump of tensors)
 
 
 class WorkerError(Exception):
@@ -1183,7 +1185,9 @@ class UpdateRound:
     join returns False and the worker leaves without pulling.
 
     On a cluster the same barrier gathers a process's workers, and the last one in takes their
-    sum to the ps tasks, where the processes' rounds meet (RemoteGlobal.round_for)."""
+    sum to the ps tasks, where the processes' rounds meet (RemoteGlobal.round_for). It holds the
+    condition while it waits there, so the others wake with it: a stop reaches it through
+    RemoteGlobal.release_rounds, not the Coordinator."""
 
     POLL_S = 0.1
 
@@ -1329,7 +1333,7 @@ class RemoteGlobal:
                         pushed.append(tf.identity(p))
                     self.params_now.append(tf.identity(p))
             if cfg.sync_updates:
-                self._build_round_calls(cluster, totals, mark)
+                self._build_round_calls(cluster, totals)
             with v1.device(ps_0):
                 self.row_feeds = [v1.placeholder(getattr(tf, t), [None])
                                   for t in cluster_module.EPISODE_ROW_TYPES]
@@ -1346,7 +1350,7 @@ class RemoteGlobal:
         # --sync: a round's parameters and the chief's downloads both write this process's
         # global net (ChiefLink.download); one at a time, so that a download read before a
         # round cannot put older parameters back after it
-        self.local_params_lock = threading.Lock()
+        self.local_params_lock = threading.RLock()  # (a checkpoint's save holds it to download)
         self.round_seconds, self.last_round_at = deque(maxlen=20), None  # the chief's, recent
         if not cfg.sync_updates:
             flat = [g for group in self.grads for g in group]
@@ -1409,7 +1413,7 @@ class RemoteGlobal:
                                            for queue in [self.arrivals, *self.tokens]])
         return tf.group(*adds)
 
-    def _build_round_calls(self, cluster, totals, mark) -> None:
+    def _build_round_calls(self, cluster, totals) -> None:
         """What a process fetches in its part of a round (--sync): the global counters after
         its counts, and
           a worker process other than the chief: its token, and the parameters after it, in
@@ -1427,9 +1431,13 @@ class RemoteGlobal:
                     params.append(tf.identity(p))
             return params
         with v1.device("/job:ps/task:0"):
-            with tf.control_dependencies([totals, mark]):  # arrives once its gradients are in
+            with tf.control_dependencies([totals]):  # arrives once its gradients are in
                 arrive = self.arrivals.enqueue([cluster.task, self.threads])
-            with tf.control_dependencies([arrive]):
+            with tf.control_dependencies([arrive]):  # counts only arrivals really queued
+                totals = tf.identity(totals)
+                mark = tf.identity(v1.scatter_add(self.control.pushes, [cluster.task],
+                                                  tf.constant([1], tf.int64)))
+            with tf.control_dependencies([mark]):
                 token = own_queue.dequeue()
                 arrived = self.arrivals.dequeue_many(processes)  # (tasks, their workers)
             self.arrive_and_wait = [totals, token, *parameters_after(token)]
@@ -1761,24 +1769,32 @@ class ChiefLink:
 
     def check_rounds(self, pushes, finished, now: float, say) -> None:
         """--sync: every round needs every worker process's gradients, so one that stops sending
-        them stalls the run. It ends (WorkerError, with its checkpoint) at once when a process
-        that is behind has stopped (it marked itself finished), once the others have waited
-        WORKER_SILENCE_S, or five of the slowest recent rounds if longer, for one that had
-        sent before, and after CHIEF_WAIT_S for one that never joined."""
+        them stalls the run. It ends (WorkerError, with its checkpoint) at once when a worker
+        process says it has stopped; when one that had sent before is behind the others and
+        nothing has moved for WORKER_SILENCE_S, or five of the slowest recent rounds if longer;
+        when every process has arrived and still no round came for as long; and after
+        CHIEF_WAIT_S for one that never joined. (pushes: arrivals so far, per worker process.)"""
+        gone = [task for task in range(1, len(pushes)) if finished[task]]
+        if gone:
+            self.silent.update(gone)
+            raise WorkerError(f"worker process {', '.join(map(str, gone))} has stopped, and a "
+                              f"synchronous round needs every worker process, so the run stops "
+                              f"here; {resume_hint()}")
         if self.last_pushes is None or (pushes != self.last_pushes).any():
             self.last_pushes, self.rounds_moved = pushes, now
             return
         waited = now - self.rounds_moved
-        behind = [task for task in range(len(pushes)) if pushes[task] < pushes.max()]
-        names = ", ".join(str(task) for task in behind)
-        gone = [task for task in behind if finished[task]]
-        if gone:
-            self.silent.update(behind)
-            raise WorkerError(f"worker process {', '.join(map(str, gone))} has stopped, and a "
-                              f"synchronous round needs every worker process, so the run stops "
-                              f"here; {resume_hint()}")
         patience = max([cluster_module.WORKER_SILENCE_S, *(5 * t for t in self.remote.round_seconds)])
-        if not behind or waited < patience:
+        # the chief's own workers are not waited for here: they are in this process
+        behind = [task for task in range(1, len(pushes)) if pushes[task] < pushes.max()]
+        names = ", ".join(str(task) for task in behind)
+        if waited < patience:
+            return
+        if not behind and pushes.min() > 0 and (pushes == pushes.max()).all():
+            raise WorkerError(f"no synchronous round has been applied for {waited:.0f} s though "
+                              f"every worker process has sent its gradients; the run stops here; "
+                              f"{resume_hint()}")
+        if not behind:
             return
         if any(pushes[task] for task in behind):
             self.silent.update(behind)
@@ -2031,6 +2047,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
                                           "seed": seed, "cluster": cluster.spec}),
                         totals, start.anneal_start)
             checkpoints.before_save = chief.download
+            checkpoints.save_lock = remote.local_params_lock
             worker_log = remote.log = ClusterLog(cfg, cluster.task, totals, start.anneal_start)
         rounds = None
         if cfg.sync_updates and remote is not None:
@@ -2183,7 +2200,8 @@ def start_workers(workers: list, coord, log, layout) -> list:
                 try:
                     worker.work(coord, log)
                 except Exception as exc:
-                    raise WorkerError(f"{worker.name} raised {type(exc).__name__}: {exc}") from exc
+                    raise WorkerError(f"{worker.name} raised {type(exc).__name__}: "
+                                      f"{first_line(exc)}") from exc
         thread = threading.Thread(target=run, name=worker.name, daemon=True)
         thread.start()
         threads.append(thread)
@@ -2261,17 +2279,28 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
             net.fed = net.feedable_params()  # (--sync: a round's parameters go to global_net)
         init = v1.global_variables_initializer()
     remote = RemoteGlobal(spec, run_cfg, cluster, server)  # the chief's rates, whatever --workers
-    remote.mark_finished(0)  # (a process that rejoins)
-    layout = cpu_layout(cfg)
-    sess = open_session(local, layout)
-    sess.run(init)
-    remote.log = ClusterLog(cfg, cluster.task, totals, AnnealStart(*anneal_start))
-    workers_here = [Worker(i, net, run["env"], spec, cfg) for i, net in enumerate(worker_nets)]
-    rounds = (UpdateRound(len(workers_here), remote.round_for(sess, global_net, len(workers_here),
-                                                              chief=False))
-              if cfg.sync_updates else None)
-    for worker in workers_here:
-        worker.prepare(sess, seed, remote, rounds)
+    sess, workers_here = None, []
+    try:
+        remote.mark_finished(0)  # (a process that rejoins)
+        layout = cpu_layout(cfg)
+        sess = open_session(local, layout)
+        sess.run(init)
+        remote.log = ClusterLog(cfg, cluster.task, totals, AnnealStart(*anneal_start))
+        workers_here = [Worker(i, net, run["env"], spec, cfg) for i, net in enumerate(worker_nets)]
+        rounds = (UpdateRound(len(workers_here), remote.round_for(sess, global_net, len(workers_here),
+                                                                  chief=False))
+                  if cfg.sync_updates else None)
+        for worker in workers_here:
+            worker.prepare(sess, seed, remote, rounds)
+    except BaseException:
+        for worker in workers_here:
+            worker.close()
+        if sess is not None:
+            sess.close()
+        if cfg.sync_updates:  # the chief's rounds must not wait for this process
+            attempt("tell the chief this process stopped", remote.mark_finished, 1)
+        remote.close()
+        raise
     coord = v1.train.Coordinator()
     threads = start_workers(workers_here, coord, remote.log, layout)
     console.say(f"worker process {cluster.task} joined the run of {run['env']} at "
@@ -2290,6 +2319,9 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
                                 lambda: remote.release_rounds(every_process=False))
     if outcome in ("done", "interrupted") and error is None and not stuck:
         attempt("send the last episodes to the chief", remote.flush)
+    elif rounds is not None and outcome not in ("lost", "silent"):
+        # --sync: the chief's rounds wait for this process until it says it has stopped
+        attempt("tell the chief this process stopped", remote.mark_finished, 1)
     if stuck:  # closing what a running thread uses could crash the process
         warn(f"{', '.join(stuck)} did not stop within 30 s; leaving without closing")
     else:
@@ -2401,13 +2433,17 @@ class Checkpoints:
         self.slots = [v for v in shared if "/RMSProp" in v.op.name]
         self.best = BestCheckpoint(self.folder, global_net, spec, cfg, env_id, env_id_variable)
         self.before_save = None
+        self.save_lock = threading.RLock()  # a --sync cluster's chief: its round's lock
 
     def save(self, sess, env_steps: int) -> None:
-        if self.before_save is not None:  # a cluster's chief: the global net from the ps first
-            self.before_save(sess)
-        sess.run(self.set_steps, {self.steps_in: env_steps})
-        self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps,
-                        write_meta_graph=False)  # nothing reads it; it is ~1 MB and GIL-bound
+        # a cluster's chief: the global net from the ps first, and nothing else writes it
+        # until it is saved (a --sync round's parameters: RemoteGlobal.local_params_lock)
+        with self.save_lock:
+            if self.before_save is not None:
+                self.before_save(sess)
+            sess.run(self.set_steps, {self.steps_in: env_steps})
+            self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps,
+                            write_meta_graph=False)  # nothing reads it; it is ~1 MB and GIL-bound
 
     def restore(self, sess) -> int:
         """Restore the latest checkpoint; returns its env step count."""
@@ -3125,8 +3161,12 @@ def main(argv=None, command_line: bool = False) -> int:
         if isinstance(cluster, int):
             if args.resume is not None:  # a run that cannot go on: refused before any process starts
                 checkpoint = latest_checkpoint(os.path.join(args.resume, CHECKPOINT_FOLDER))
-                resume_point(args.resume, cfg, read_run_info(args.resume),
-                             int(v1.train.load_variable(checkpoint, ENV_STEPS_VARIABLE)))
+                try:
+                    steps = int(v1.train.load_variable(checkpoint, ENV_STEPS_VARIABLE))
+                except (tf.errors.OpError, ValueError) as exc:
+                    raise UsageError(f"cannot read {checkpoint} ({first_line(exc)}); resume from "
+                                     f"a run folder whose checkpoints are whole") from None
+                resume_point(args.resume, cfg, read_run_info(args.resume), steps)
             if command_line:  # the launcher needs no TensorFlow, so drop it
                 cluster_module.become_launcher(os.path.abspath(__file__), sys.argv[1:], cluster,
                                                cfg.sync_updates)
