@@ -1324,16 +1324,13 @@ class RemoteGlobal:
                 self.add_counts = tf.identity(self.control.totals.assign_add(self.counts))
                 with tf.control_dependencies([apply]):  # (identity: a resource assign's value)
                     totals = tf.identity(self.control.totals.assign_add(self.counts))
-                    mark = tf.identity(v1.scatter_add(self.control.pushes, [cluster.task],
-                                                      tf.constant([1], tf.int64)))
-            pushed, self.params_now = [], []
-            for p in self.net.params:
-                with v1.device(p.device):
-                    with tf.control_dependencies([apply]):
-                        pushed.append(tf.identity(p))
-                    self.params_now.append(tf.identity(p))
+            self.params_now = self._params_after(None)
             if cfg.sync_updates:
                 self._build_round_calls(cluster, totals)
+            else:
+                with v1.device(ps_0), tf.control_dependencies([apply]):
+                    mark = self._count_push(cluster.task)
+                push = [*self._params_after(apply), totals, mark]
             with v1.device(ps_0):
                 self.row_feeds = [v1.placeholder(getattr(tf, t), [None])
                                   for t in cluster_module.EPISODE_ROW_TYPES]
@@ -1354,8 +1351,19 @@ class RemoteGlobal:
         self.round_seconds, self.last_round_at = deque(maxlen=20), None  # the chief's, recent
         if not cfg.sync_updates:
             flat = [g for group in self.grads for g in group]
-            self.push = session_callable(self.sess, [*pushed, totals, mark],
-                                         [*flat, self.lr_fraction, self.counts])
+            self.push = session_callable(self.sess, push, [*flat, self.lr_fraction, self.counts])
+
+    def _params_after(self, op) -> list:
+        """The global parameters as read after op (None: whenever), each read on its ps task."""
+        params = []
+        for p in self.net.params:
+            with v1.device(p.device), tf.control_dependencies([] if op is None else [op]):
+                params.append(tf.identity(p))
+        return params
+
+    def _count_push(self, task: int):
+        """One more push (--sync: arrival) of worker process `task`, which the chief watches."""
+        return tf.identity(v1.scatter_add(self.control.pushes, [task], tf.constant([1], tf.int64)))
 
     def _build_rounds(self, cfg: Config, cluster, groups: list, optimizers: list):
         """--sync on a cluster: where the worker processes' rounds meet, on the ps tasks. Each
@@ -1423,28 +1431,20 @@ class RemoteGlobal:
             parameters (apply_and_release)."""
         processes = len(cluster.spec["worker"])
         own_queue = self.tokens[cluster.task]
-
-        def parameters_after(token):
-            params = []
-            for p in self.net.params:
-                with v1.device(p.device), tf.control_dependencies([token]):
-                    params.append(tf.identity(p))
-            return params
         with v1.device("/job:ps/task:0"):
             with tf.control_dependencies([totals]):  # arrives once its gradients are in
                 arrive = self.arrivals.enqueue([cluster.task, self.threads])
             with tf.control_dependencies([arrive]):  # counts only arrivals really queued
                 totals = tf.identity(totals)
-                mark = tf.identity(v1.scatter_add(self.control.pushes, [cluster.task],
-                                                  tf.constant([1], tf.int64)))
+                mark = self._count_push(cluster.task)
             with tf.control_dependencies([mark]):
                 token = own_queue.dequeue()
                 arrived = self.arrivals.dequeue_many(processes)  # (tasks, their workers)
-            self.arrive_and_wait = [totals, token, *parameters_after(token)]
+            self.arrive_and_wait = [totals, token, *self._params_after(token)]
             self.arrive_and_take = [totals, *arrived]
             with tf.control_dependencies([self.release_round]):
                 token = own_queue.dequeue()
-            self.apply_and_release = [token, *parameters_after(token)]
+            self.apply_and_release = [token, *self._params_after(token)]
 
     def round_for(self, sess, global_net: ACNet, workers: int, chief: bool = True):
         """UpdateRound's apply for --sync on a cluster, run by the last of this process's
@@ -1556,6 +1556,13 @@ class RemoteGlobal:
         close_remote_session(self.sess)
         if self.round_sess is not None:
             close_remote_session(self.round_sess)
+
+
+def make_feedable(global_net: ACNet, worker_nets: list, cfg: Config) -> None:
+    """A cluster process's nets that take parameters from the ps as arrays (ACNet.fed): every
+    worker net, and with --sync the process's global net, where a round's parameters go."""
+    for net in worker_nets + ([global_net] if cfg.sync_updates else []):
+        net.fed = net.feedable_params()
 
 
 def close_remote_session(sess) -> None:
@@ -1790,7 +1797,7 @@ class ChiefLink:
         names = ", ".join(str(task) for task in behind)
         if waited < patience:
             return
-        if not behind and pushes.min() > 0 and (pushes == pushes.max()).all():
+        if pushes.min() > 0 and (pushes == pushes.max()).all():  # every process has arrived
             raise WorkerError(f"no synchronous round has been applied for {waited:.0f} s though "
                               f"every worker process has sent its gradients; the run stops here; "
                               f"{resume_hint()}")
@@ -2009,8 +2016,7 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             global_net, worker_nets = build_graph(spec, cfg)
             if cluster is not None:
                 remote = RemoteGlobal(spec, cfg, cluster, server)
-                for net in worker_nets + ([global_net] if cfg.sync_updates else []):
-                    net.fed = net.feedable_params()
+                make_feedable(global_net, worker_nets, cfg)
             run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
             checkpoints = Checkpoints(run_dir, cfg, env_id, global_net, spec)
             chief = None if remote is None else ChiefLink(remote, checkpoints.shared)
@@ -2275,8 +2281,7 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
     with local.as_default():
         v1.set_random_seed(seed)
         global_net, worker_nets = build_graph(spec, cfg)
-        for net in worker_nets + ([global_net] if cfg.sync_updates else []):
-            net.fed = net.feedable_params()  # (--sync: a round's parameters go to global_net)
+        make_feedable(global_net, worker_nets, cfg)
         init = v1.global_variables_initializer()
     remote = RemoteGlobal(spec, run_cfg, cluster, server)  # the chief's rates, whatever --workers
     sess, workers_here = None, []

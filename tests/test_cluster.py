@@ -84,6 +84,14 @@ def finish(proc, timeout_s=120):
         raise AssertionError("the launcher did not end")
 
 
+def ended_after(proc, stop):
+    """(proc's exit status, seconds from stop() to its end)."""
+    stop()
+    stopped = time.time()
+    code = finish(proc)
+    return code, time.time() - stopped
+
+
 @pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory):
     """local:2 on Pendulum with no step budget: worker process 1 is killed (SIGKILL) once its
@@ -495,10 +503,7 @@ def sync_worker_lost(tmp_path_factory):
         [worker_1] = [pid for pid in processes_mentioning(results)
                       if command_line(pid)[-4:] == ["--job", "worker", "--task", "1"]]
         time.sleep(1.5)  # a periodic checkpoint with both processes' rounds
-        os.kill(worker_1, signal.SIGKILL)
-        killed = time.time()
-        code = finish(proc)
-        took = time.time() - killed
+        code, took = ended_after(proc, lambda: os.kill(worker_1, signal.SIGKILL))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -574,10 +579,7 @@ def test_ctrl_c_stops_a_sync_cluster_run_with_every_process_and_a_checkpoint(syn
             rows = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
             return set(rows["process"][len(before["episode"]):]) == {0, 1}
         wait_for(both_played_again, 150, "episodes of both processes after the resume")
-        proc.send_signal(signal.SIGINT)
-        stopped = time.time()
-        code = finish(proc)
-        took = time.time() - stopped
+        code, took = ended_after(proc, lambda: proc.send_signal(signal.SIGINT))
     finally:
         if proc.poll() is None:
             proc.kill()
