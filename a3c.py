@@ -2238,7 +2238,7 @@ def train_as_worker(cluster, workers: typing.Optional[int], env_id: typing.Optio
     graph = tf.Graph()
     with graph.as_default():
         control = cluster_module.control_variables(tf, len(cluster.spec["worker"]))
-    control_sess = cluster_module.ps_session(tf, cluster, graph)
+    control_sess = cluster_module.ps_session(tf, cluster, graph, one_task=True)
     try:
         return join_the_run(cluster, server, control, control_sess, workers, env_id, console)
     finally:
@@ -3207,6 +3207,10 @@ def leave(code: int) -> int:
     """Exit with code; straight away, skipping Python's shutdown, while a worker thread is still
     inside TensorFlow (a second Ctrl-C stopped at once): finalising the interpreter under a
     running session call aborts the process (SIGABRT) instead of exiting with the code."""
+    if cluster_module.Resends.count:
+        tell(sys.stderr, f"a3c.py: note: the ps refused this process's calls as repeats of earlier "
+                         f"ones {cluster_module.Resends.count} times, a TensorFlow defect "
+                         f"(REPEATED_REQUEST in cluster.py); each time the call was sent again")
     if any(thread.daemon and thread.is_alive() for thread in threading.enumerate()):
         for stream in (sys.stdout, sys.stderr):
             try:

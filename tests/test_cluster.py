@@ -599,3 +599,103 @@ def test_an_error_from_the_ps_is_told_in_one_readable_line():
     line = a3c.first_line(exc)
     assert line.startswith("The same RunGraph request was received twice.")
     assert len(line) <= 304 and line.endswith(" ...")
+
+
+@pytest.fixture
+def refusals(monkeypatch):
+    """A list: put an AbortedError message in it and the next call of any session raises it
+    before running anything, as a ps does to a call it takes for a repeat of an earlier one (a
+    real one comes about once in 43,000 calls, at random: bench/ps_repeats.py shows them); and
+    the list of calls tried, refused or not."""
+    v1 = tf.compat.v1
+    messages, tries = [], []
+
+    def maybe_refused():
+        tries.append(1)
+        if messages:
+            raise tf.errors.AbortedError(None, None, messages.pop())
+
+    real_run, real_make = v1.Session.run, v1.Session._make_callable_from_options
+
+    def run(self, *args, **kwargs):
+        maybe_refused()
+        return real_run(self, *args, **kwargs)
+
+    def make_callable(self, options):
+        call = real_make(self, options)
+
+        def maybe_refused_call(*args):
+            maybe_refused()
+            return call(*args)
+        return maybe_refused_call
+
+    monkeypatch.setattr(v1.Session, "run", run)
+    monkeypatch.setattr(v1.Session, "_make_callable_from_options", make_callable)
+    monkeypatch.setattr(cluster.Resends, "count", 0)
+    return messages, tries
+
+
+def ps_counter(ps_tasks, one_task=False):
+    """ps tasks in this process and a ps_session on them, with one op that adds 1 to a counter
+    on ps task 0; the session, the op and a reader of the counter."""
+    v1 = tf.compat.v1
+    spec = {"ps": [f"127.0.0.1:{port}" for port in cluster.free_loopback_ports(ps_tasks)]}
+    servers = [cluster.start_server(tf, cluster.Cluster(spec, "ps", task)) for task in range(ps_tasks)]
+    graph = tf.Graph()
+    with graph.as_default(), v1.device("/job:ps/task:0"):
+        counter = v1.get_variable("counter", initializer=tf.constant(0, tf.int64))
+        add = counter.assign_add(tf.constant(1, tf.int64)).op
+    sess = cluster.ps_session(tf, cluster.Cluster(spec, "worker", 0), graph, one_task=one_task)
+    sess.run(counter.initializer)
+    sess.servers = servers  # kept alive as long as the session
+    return sess, add, lambda: int(sess.run(counter))
+
+
+REPEAT = ("From /job:ps/replica:0/task:0:\nThe same RunGraph (Worker) request was received "
+          "twice. graph_handle: \"0000000000000001\" step_id: 1")
+
+
+@pytest.mark.parametrize("through", ["callable", "run"])
+def test_a_call_the_ps_refuses_as_a_repeat_is_sent_again_and_applied_once(through, refusals):
+    """TensorFlow's masters name a call's request from 32 random bits, so a ps refuses about one
+    call in 43,000 as a repeat of an earlier one (cluster.REPEATED_REQUEST), before running any
+    of it; one in a sync round ended the run. With one ps task the session sends it again."""
+    messages, tries = refusals
+    sess, add, counter = ps_counter(1)
+    try:
+        call = a3c.session_callable(sess, [add], []) if through == "callable" else lambda: sess.run(add)
+        tries.clear()
+        messages.append(REPEAT)
+        call()
+        assert len(tries) == 2 and cluster.Resends.count == 1
+        assert counter() == 1  # the refused call added nothing, the one sent again added 1
+        messages.extend([REPEAT] * cluster.REPEAT_TRIES)  # refused every time: a different bug
+        with pytest.raises(tf.errors.AbortedError, match="received twice"):
+            call()
+        assert counter() == 1 and not messages
+    finally:
+        sess.close()
+
+
+@pytest.mark.parametrize("ps_tasks, one_task, message, sent_again", [
+    (1, False, "From /job:ps/replica:0/task:0:\nSession handle is not found", False),
+    # the master refusing a client's own retry of a call that may have run
+    (1, False, "The same RunCallable (Master) request was received twice. request_id: 7", False),
+    (2, False, REPEAT, False),  # the other ps task's part of the call may have run
+    (2, True, REPEAT, True),    # a graph on ps task 0 alone runs as one part whatever the cluster
+])
+def test_only_a_refused_call_that_ran_nothing_is_sent_again(ps_tasks, one_task, message,
+                                                             sent_again, refusals):
+    messages, tries = refusals
+    sess, add, counter = ps_counter(ps_tasks, one_task)
+    try:
+        call = a3c.session_callable(sess, [add], [])
+        messages.append(message)
+        if sent_again:
+            call()
+        else:
+            with pytest.raises(tf.errors.AbortedError, match=re.escape(message.split("\n")[-1][:20])):
+                call()
+        assert counter() == int(sent_again) and cluster.Resends.count == int(sent_again)
+    finally:
+        sess.close()
