@@ -247,8 +247,8 @@ def ps_session(tf, cluster: Cluster, graph, timeout_ms: typing.Optional[int] = N
 # that call, and names the call's RunGraph request with that thread's first draw from a generator
 # seeded with 32 random bits, while every task refuses a name it has seen among its last 100,000
 # requests: AbortedError "The same RunGraph (Worker) request was received twice", raised before
-# anything runs. So once ~100k calls have been made about one call in 43,000 is refused,
-# whatever the mode: 18 of 767,994 in bench/ps_repeats.py (2.3 per 100k: 100,000 / 2**32).
+# anything runs. So once ~100k calls have been made about one call in 43,000 is refused
+# (100,000 / 2**32), whatever the mode: 18 of 694,742 in bench/ps_repeats.py.
 # A refused call that ran as one part ran nothing and is sent again; with several ps tasks the
 # other tasks' parts of it may have run, so there the refusal ends the run (resume it), as any
 # worker's error does. The master's own "RunCallable (Master) ... received twice" is not this:

@@ -2,7 +2,7 @@
 survive it: a TensorFlow defect that ended 4 of 13 synchronous cluster runs before they sent
 such calls again (see REPEATED_REQUEST in cluster.py).
 
-    python bench/ps_repeats.py               # 150 s of calls (~770k here), writes results/ps_repeats.md
+    python bench/ps_repeats.py               # 150 s of calls (~700k here), writes results/ps_repeats.md
     python bench/ps_repeats.py --seconds 30 --no-save
 
 One process starts a ps task on a loopback port and calls it through cluster.ps_session and
