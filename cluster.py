@@ -235,6 +235,11 @@ def ps_session(tf, cluster: Cluster, graph, timeout_ms: typing.Optional[int] = N
     A call whose ops all sit on ps task 0 (one_task: the graph's do, whatever the cluster; or the
     cluster has one ps task) runs as one part there, so one the ps refuses as a repeat
     (REPEATED_REQUEST) ran nothing, and this session sends it again."""
+    if one_task:
+        elsewhere = {op.device for op in graph.get_operations()} - {"/job:ps/task:0"}
+        if elsewhere:
+            raise ValueError(f"one_task: the graph has ops on {sorted(elsewhere)}, not only on "
+                             f"/job:ps/task:0; a refused call's other parts may have run")
     one_part = one_task or len(cluster.spec["ps"]) == 1
     session_type = resending_session_type(tf) if one_part else tf.compat.v1.Session
     return session_type(f"grpc://{cluster.spec['ps'][0]}", graph=graph,
@@ -248,7 +253,7 @@ def ps_session(tf, cluster: Cluster, graph, timeout_ms: typing.Optional[int] = N
 # seeded with 32 random bits, while every task refuses a name it has seen among its last 100,000
 # requests: AbortedError "The same RunGraph (Worker) request was received twice", raised before
 # anything runs. So once ~100k calls have been made about one call in 43,000 is refused
-# (100,000 / 2**32), whatever the mode: 18 of 694,742 in bench/ps_repeats.py.
+# (100,000 / 2**32), whatever the mode: 11 of 608,970 in bench/ps_repeats.py.
 # A refused call that ran as one part ran nothing and is sent again; with several ps tasks the
 # other tasks' parts of it may have run, so there the refusal ends the run (resume it), as any
 # worker's error does. The master's own "RunCallable (Master) ... received twice" is not this:
@@ -282,15 +287,17 @@ def resend_repeats(tf, call, args, kwargs):
 
 @functools.lru_cache(maxsize=None)
 def resending_session_type(tf):
-    """tf.compat.v1.Session whose calls, through run() and its callables alike, are sent again
-    when a ps task refuses them as repeats (built on first use: this module imports no TF)."""
+    """tf.compat.v1.Session whose calls are sent again when a ps task refuses them as repeats:
+    through run() (and so make_callable with a feed list, and Saver) and the C++ callables of
+    _make_callable_from_options (session_callable's); built on first use, as this module
+    imports no TensorFlow."""
     class ResendingSession(tf.compat.v1.Session):
         def run(self, *args, **kwargs):
             return resend_repeats(tf, super().run, args, kwargs)
 
         def _make_callable_from_options(self, callable_options):
             call = super()._make_callable_from_options(callable_options)
-            return lambda *args: resend_repeats(tf, call, args, {})
+            return lambda *args, **kwargs: resend_repeats(tf, call, args, kwargs)
     return ResendingSession
 
 

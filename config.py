@@ -73,9 +73,9 @@ class Config:
     """Critic learning rate (tuned here; the classic tutorial: 1e-3)."""
     scale_lr_with_workers: bool = False
     """Divide both learning rates by sqrt(workers): more workers push more often, so each push
-    should move less (a practitioners' rule of thumb). On a cluster each worker process divides
-    by the square root of its own --workers, not the cluster's total (with --sync, the chief's:
-    it applies every round)."""
+    should move less (a practitioners' rule of thumb). On a cluster every process applies the
+    chief's rates: divided by the square root of the chief's --workers, not the cluster's total
+    (another process's --workers sets only its own threads)."""
     sync_updates: bool = False
     """A2C instead of A3C (--sync): each round, every worker plays its n-step rollout and stores
     its gradients; the mean of all of them (the gradient of the workers' concatenated batch, as

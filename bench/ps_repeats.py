@@ -76,8 +76,8 @@ def main() -> None:
             f.write("# Calls a ps refuses as repeats (TensorFlow "
                     f"{tf.__version__}), sent again by cluster.ps_session\n\n"
                     "Written by `python bench/ps_repeats.py` (one process, one ps task on "
-                    "loopback, one op per call, 2 cores). Why they happen: REPEATED_REQUEST in "
-                    "cluster.py.\n\n" + table + "\n")
+                    f"loopback, one op per call, {os.cpu_count()} cores). Why they happen: "
+                    "REPEATED_REQUEST in cluster.py.\n\n" + table + "\n")
         print(f"wrote {os.path.relpath(path, ROOT)}")
 
 

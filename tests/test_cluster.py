@@ -595,9 +595,9 @@ def test_an_error_from_the_ps_is_told_in_one_readable_line():
     """A ps's error names its task on a line of its own and may quote a whole request, tensors
     and all: the one line a worker's error is told in is the message, cut short."""
     exc = tf.errors.AbortedError(None, None, "From /job:ps/replica:0/task:0:\nThe same RunGraph "
-                                 "request was received twice. " + "send { tensor } " * 200)
+                                 "(Worker) request was received twice. " + "send { tensor } " * 200)
     line = a3c.first_line(exc)
-    assert line.startswith("The same RunGraph request was received twice.")
+    assert line.startswith("The same RunGraph (Worker) request was received twice.")
     assert len(line) <= 304 and line.endswith(" ...")
 
 
@@ -635,19 +635,30 @@ def refusals(monkeypatch):
     return messages, tries
 
 
-def ps_counter(ps_tasks, one_task=False):
-    """ps tasks in this process and a ps_session on them, with one op that adds 1 to a counter
-    on ps task 0; the session, the op and a reader of the counter."""
+@pytest.fixture(scope="module")
+def ps_specs():
+    """Cluster dicts of one and of two ps tasks, their servers running in this process (they
+    live until the process ends: TensorFlow cannot stop one)."""
+    specs, servers = {}, []
+    for ps_tasks in (1, 2):
+        specs[ps_tasks] = {"ps": [f"127.0.0.1:{port}"
+                                  for port in cluster.free_loopback_ports(ps_tasks)]}
+        servers += [cluster.start_server(tf, cluster.Cluster(specs[ps_tasks], "ps", task))
+                    for task in range(ps_tasks)]
+    specs["servers"] = servers
+    return specs
+
+
+def ps_counter(spec, one_task=False):
+    """A ps_session on the cluster `spec`, with one op that adds 1 to a counter on ps task 0
+    (set to 0 here); the session, the op and a reader of the counter."""
     v1 = tf.compat.v1
-    spec = {"ps": [f"127.0.0.1:{port}" for port in cluster.free_loopback_ports(ps_tasks)]}
-    servers = [cluster.start_server(tf, cluster.Cluster(spec, "ps", task)) for task in range(ps_tasks)]
     graph = tf.Graph()
     with graph.as_default(), v1.device("/job:ps/task:0"):
         counter = v1.get_variable("counter", initializer=tf.constant(0, tf.int64))
         add = counter.assign_add(tf.constant(1, tf.int64)).op
     sess = cluster.ps_session(tf, cluster.Cluster(spec, "worker", 0), graph, one_task=one_task)
     sess.run(counter.initializer)
-    sess.servers = servers  # kept alive as long as the session
     return sess, add, lambda: int(sess.run(counter))
 
 
@@ -656,12 +667,13 @@ REPEAT = ("From /job:ps/replica:0/task:0:\nThe same RunGraph (Worker) request wa
 
 
 @pytest.mark.parametrize("through", ["callable", "run"])
-def test_a_call_the_ps_refuses_as_a_repeat_is_sent_again_and_applied_once(through, refusals):
+def test_a_call_the_ps_refuses_as_a_repeat_is_sent_again_and_applied_once(through, refusals,
+                                                                          ps_specs):
     """TensorFlow's masters name a call's request from 32 random bits, so a ps refuses about one
     call in 43,000 as a repeat of an earlier one (cluster.REPEATED_REQUEST), before running any
     of it; one in a sync round ended the run. With one ps task the session sends it again."""
     messages, tries = refusals
-    sess, add, counter = ps_counter(1)
+    sess, add, counter = ps_counter(ps_specs[1])
     try:
         call = a3c.session_callable(sess, [add], []) if through == "callable" else lambda: sess.run(add)
         tries.clear()
@@ -681,13 +693,15 @@ def test_a_call_the_ps_refuses_as_a_repeat_is_sent_again_and_applied_once(throug
     (1, False, "From /job:ps/replica:0/task:0:\nSession handle is not found", False),
     # the master refusing a client's own retry of a call that may have run
     (1, False, "The same RunCallable (Master) request was received twice. request_id: 7", False),
-    (2, False, REPEAT, False),  # the other ps task's part of the call may have run
-    (2, True, REPEAT, True),    # a graph on ps task 0 alone runs as one part whatever the cluster
+    # several ps tasks: unless told that the graph sits on ps task 0 alone, the session cannot
+    # know that a call ran as one part
+    (2, False, REPEAT, False),
+    (2, True, REPEAT, True),
 ])
 def test_only_a_refused_call_that_ran_nothing_is_sent_again(ps_tasks, one_task, message,
-                                                             sent_again, refusals):
+                                                             sent_again, refusals, ps_specs):
     messages, tries = refusals
-    sess, add, counter = ps_counter(ps_tasks, one_task)
+    sess, add, counter = ps_counter(ps_specs[ps_tasks], one_task)
     try:
         call = a3c.session_callable(sess, [add], [])
         messages.append(message)
@@ -699,3 +713,12 @@ def test_only_a_refused_call_that_ran_nothing_is_sent_again(ps_tasks, one_task, 
         assert counter() == int(sent_again) and cluster.Resends.count == int(sent_again)
     finally:
         sess.close()
+
+
+def test_a_session_told_its_graph_sits_on_ps_task_0_alone_checks_it(ps_specs):
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default(), v1.device("/job:ps/task:1"):
+        v1.get_variable("elsewhere", initializer=1.0)
+    with pytest.raises(ValueError, match="/job:ps/task:1"):
+        cluster.ps_session(tf, cluster.Cluster(ps_specs[2], "worker", 0), graph, one_task=True)
