@@ -716,9 +716,15 @@ def test_only_a_refused_call_that_ran_nothing_is_sent_again(ps_tasks, one_task, 
 
 
 def test_a_session_told_its_graph_sits_on_ps_task_0_alone_checks_it(ps_specs):
+    """The control variables every process reads do (their ops placed on ps task 0, a device
+    of it, or nowhere); a variable on ps task 1 does not."""
     v1 = tf.compat.v1
+    place = cluster.Cluster(ps_specs[2], "worker", 0)
     graph = tf.Graph()
+    with graph.as_default():
+        cluster.control_variables(tf, 2)
+    cluster.ps_session(tf, place, graph, one_task=True).close()
     with graph.as_default(), v1.device("/job:ps/task:1"):
         v1.get_variable("elsewhere", initializer=1.0)
     with pytest.raises(ValueError, match="/job:ps/task:1"):
-        cluster.ps_session(tf, cluster.Cluster(ps_specs[2], "worker", 0), graph, one_task=True)
+        cluster.ps_session(tf, place, graph, one_task=True)
