@@ -25,6 +25,7 @@ config.py; launching and supervising a cluster's processes lives in cluster.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import datetime
@@ -2062,6 +2063,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             rounds = UpdateRound.in_one_process(sess, global_net, len(workers))
         for worker in workers:
             worker.prepare(sess, seed, remote, rounds)
+        if rounds is not None:  # a round's update (and on a cluster its put) holds this lock
+            checkpoints.best.copy_lock = rounds.condition
         checkpoints.best.prepare(sess)
         # the clock starts with the workers
         log = EpisodeLog(run_dir, cfg, summary_writer, history, cluster=cluster is not None)
@@ -2506,6 +2509,10 @@ class BestCheckpoint:
         self.best_score = best_score(self.on_disk) if self.on_disk else -math.inf
         self.best_mean_100 = self.on_disk["mean_100"] if self.on_disk else -math.inf  # the best one's
         self.best_tried = self.on_disk["mean_100"] if self.on_disk else -math.inf  # a mean-100
+        # held while the candidate is copied: --sync sets its rounds' lock, so that the copy is
+        # one round's net, never half of the next one's update (asynchronous pushes interleave
+        # with any copy, as with every read of a Hogwild net)
+        self.copy_lock = contextlib.nullcontext()
 
     def prepare(self, sess) -> None:
         """Build the trial's act call; score a resumed run's best anew if it was scored another
@@ -2556,7 +2563,8 @@ class BestCheckpoint:
             running, episode, env_steps = log.best()
             if not running > self.best_tried:
                 return False
-        sess.run(self.take_candidate)
+        with self.copy_lock:
+            sess.run(self.take_candidate)
         self.best_tried = max(self.best_tried, running)
         self.pending = {"mean_100": running, "episode": episode, "env_steps": env_steps}
         return True

@@ -843,6 +843,22 @@ def test_the_candidate_is_the_net_at_the_rise_even_when_its_trial_waits(tmp_path
     close()
 
 
+def test_the_candidate_is_copied_only_between_sync_rounds(tmp_path):
+    """--sync gives the copy its rounds' lock, held while a round's update is applied."""
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    best.copy_lock = round_in_progress = threading.Lock()
+    prefer(1)
+    play([1.0] * 100)
+    with round_in_progress:
+        copier = threading.Thread(target=best.take_if_risen, args=(sess, log))
+        copier.start()
+        copier.join(0.3)
+        assert copier.is_alive() and best.pending is None, "waits for the round to end"
+    copier.join(10)
+    assert best.pending is not None and best.pending["mean_100"] == 1.0
+    close()
+
+
 def test_a_resumed_best_scored_another_way_is_scored_again(tmp_path):
     best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
     prefer(1)
