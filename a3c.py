@@ -25,7 +25,6 @@ config.py; launching and supervising a cluster's processes lives in cluster.py.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import dataclasses
 import datetime
@@ -2416,6 +2415,7 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
 CHECKPOINT_FOLDER = "checkpoints"
 BEST_FOLDER = "best"      # checkpoints/best/: the best agent of the run (BestCheckpoint)
 BEST_INFO = "best.json"   # beside it: its score, mean-100, episode, env steps, checkpoint name
+COPY_WAIT_S = 1.0  # how long a best-agent copy waits for a --sync round to end before it asks again
 ENV_ID_VARIABLE = "run/env_id"
 ENV_STEPS_VARIABLE = "run/env_steps"
 
@@ -2511,8 +2511,10 @@ class BestCheckpoint:
         self.best_tried = self.on_disk["mean_100"] if self.on_disk else -math.inf  # a mean-100
         # held while the candidate is copied: --sync sets its rounds' lock, so that the copy is
         # one round's net, never half of the next one's update (asynchronous pushes interleave
-        # with any copy, as with every read of a Hogwild net)
-        self.copy_lock = contextlib.nullcontext()
+        # with any copy, as with every read of a Hogwild net). On a cluster the chief's periodic
+        # download of the ps's net holds only the round's put lock; a download torn by a round
+        # is written over by that round's put before the rounds' lock is free again.
+        self.copy_lock = threading.Lock()
 
     def prepare(self, sess) -> None:
         """Build the trial's act call; score a resumed run's best anew if it was scored another
@@ -2550,21 +2552,30 @@ class BestCheckpoint:
             schedule.paid(started, own_cpu_s=time.thread_time() - own_cpu,
                           process_cpu_s=time.process_time() - process_cpu)
 
-    def take_if_risen(self, sess, log: "EpisodeLog", final: bool = False) -> bool:
+    def take_if_risen(self, sess, log: "EpisodeLog", final: bool = False,
+                      wait_s: float = COPY_WAIT_S) -> bool:
         """If the best mean-100 has risen since the last copy (or, final, the run has a full
         mean-100 at all), copy the global net into the candidate now, labelled with that
-        moment's mean-100, episode and env steps; True if it did."""
-        if final:
-            progress = log.progress()
-            running, episode, env_steps = progress["running"], progress["episodes"], progress["env_steps"]
-            if episode < RUNNING_WINDOW:
-                return False
-        else:
-            running, episode, env_steps = log.best()
-            if not running > self.best_tried:
-                return False
-        with self.copy_lock:
+        moment's mean-100, episode and env steps; True if it did. False also when copy_lock
+        stayed taken for wait_s (a round that has not ended: the trial loop asks again, and at
+        the end a worker stuck in a round leaves the final net untried)."""
+        def label():
+            if final:
+                progress = log.progress()
+                return progress["running"], progress["episodes"], progress["env_steps"]
+            return log.best()
+
+        running, episode, _ = label()
+        risen = episode >= RUNNING_WINDOW if final else running > self.best_tried
+        if not risen:
+            return False
+        if not self.copy_lock.acquire(timeout=wait_s):
+            return False
+        try:
+            running, episode, env_steps = label()  # the net's moment: the lock may have waited
             sess.run(self.take_candidate)
+        finally:
+            self.copy_lock.release()
         self.best_tried = max(self.best_tried, running)
         self.pending = {"mean_100": running, "episode": episode, "env_steps": env_steps}
         return True

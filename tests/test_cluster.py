@@ -273,7 +273,7 @@ def chief_killed(tmp_path_factory):
 
 def test_when_the_chief_dies_the_other_processes_stop_within_seconds(chief_killed):
     assert chief_killed["codes"] == [1, 1]
-    assert chief_killed["took"] < cluster.PS_CHIEF_SILENCE_S + 10
+    assert chief_killed["took"] < cluster.PS_CHIEF_SILENCE_S + 14  # (a loaded machine)
     assert "silent" in chief_killed["ps"]
     assert "the chief (worker task 0) has been silent" in chief_killed["w1"]
     assert "--resume RUN_DIR" in chief_killed["w1"]
@@ -518,7 +518,8 @@ def test_a_lost_worker_process_ends_a_sync_cluster_run_with_its_checkpoint(sync_
     assert "the synchronous rounds need it: the chief stops the run" in run["stderr"]
     assert re.search(r"worker process 1 has sent no gradients for \d+ s", run["stderr"])
     assert "--resume RUN_DIR" in run["stderr"]
-    assert run["took"] < cluster.WORKER_SILENCE_S + 15, "no round is left waiting"
+    # a round left waiting would hold the stop for the workers' 30 s of grace and more
+    assert run["took"] < cluster.WORKER_SILENCE_S + 20, "no round is left waiting"
     assert run["left"] == [], "no process of the cluster outlives its launcher"
     assert a3c.latest_checkpoint(os.path.join(run["run_dir"], "checkpoints"))
 
@@ -585,7 +586,7 @@ def test_ctrl_c_stops_a_sync_cluster_run_with_every_process_and_a_checkpoint(syn
             proc.kill()
     stderr = output(tmp_path, "stderr")
     assert code == 130, stderr
-    assert took < 20, "no round is left waiting"
+    assert took < 28, "no round is left waiting"  # it would take the workers' 30 s of grace
     assert "no gradients" not in stderr
     assert re.search(r"^interrupted: episodes", output(tmp_path, "stdout"), re.M)
     assert processes_mentioning(run_dir) == []

@@ -134,7 +134,7 @@ def test_a_stop_releases_every_waiter_without_an_update():
     assert all(thread.is_alive() for thread in waiters)
     coord.request_stop()
     for thread in waiters:
-        thread.join(timeout=1)
+        thread.join(timeout=5)
     assert not any(thread.is_alive() for thread in waiters)
     assert answers == [False, False] and rounds.completed == 0
     for a, b in zip(start, sess.run(global_net.params)):
@@ -142,8 +142,17 @@ def test_a_stop_releases_every_waiter_without_an_update():
     close_all(sess, workers)
 
 
-def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path):
+def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path, monkeypatch):
+    copy_locks, prepare = [], a3c.BestCheckpoint.prepare
+
+    def prepare_and_record(best, sess):
+        copy_locks.append(best.copy_lock)
+        prepare(best, sess)
+
+    monkeypatch.setattr(a3c.BestCheckpoint, "prepare", prepare_and_record)
     summary, console = train("CartPole-v1", tmp_path, sync_updates=True, max_episodes=60)
+    # the best agent is copied under the rounds' lock: between rounds, never during an update
+    assert isinstance(copy_locks[0], threading.Condition)
     assert "x 2 envs, synchronous updates (A2C)" in console.splitlines()[0]
     rows = read_rows(summary["run_dir"])
     assert len(rows) == 61 and summary["episodes"] == 60
