@@ -2064,6 +2064,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             worker.prepare(sess, seed, remote, rounds)
         if rounds is not None:  # a round's update (and on a cluster its put) holds this lock
             checkpoints.best.copy_lock = rounds.condition
+            if remote is None:  # (a cluster's saves wait on the round's put lock instead: the
+                checkpoints.save_lock = rounds.condition  # chief's watch must never wait a round)
         checkpoints.best.prepare(sess)
         # the clock starts with the workers
         log = EpisodeLog(run_dir, cfg, summary_writer, history, cluster=cluster is not None)
@@ -2441,7 +2443,7 @@ class Checkpoints:
         self.slots = [v for v in shared if "/RMSProp" in v.op.name]
         self.best = BestCheckpoint(self.folder, global_net, spec, cfg, env_id, env_id_variable)
         self.before_save = None
-        self.save_lock = threading.RLock()  # a --sync cluster's chief: its round's lock
+        self.save_lock = threading.RLock()  # --sync: a round's lock (no save during an update)
 
     def save(self, sess, env_steps: int) -> None:
         # a cluster's chief: the global net from the ps first, and nothing else writes it

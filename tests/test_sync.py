@@ -143,16 +143,22 @@ def test_a_stop_releases_every_waiter_without_an_update():
 
 
 def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path, monkeypatch):
-    copy_locks, prepare = [], a3c.BestCheckpoint.prepare
+    locks, prepare, save = [], a3c.BestCheckpoint.prepare, a3c.Checkpoints.save
 
     def prepare_and_record(best, sess):
-        copy_locks.append(best.copy_lock)
+        locks.append(best.copy_lock)
         prepare(best, sess)
 
+    def save_and_record(checkpoints, sess, env_steps):
+        locks.append(checkpoints.save_lock)
+        save(checkpoints, sess, env_steps)
+
     monkeypatch.setattr(a3c.BestCheckpoint, "prepare", prepare_and_record)
+    monkeypatch.setattr(a3c.Checkpoints, "save", save_and_record)
     summary, console = train("CartPole-v1", tmp_path, sync_updates=True, max_episodes=60)
-    # the best agent is copied under the rounds' lock: between rounds, never during an update
-    assert isinstance(copy_locks[0], threading.Condition)
+    # the best agent is copied, and checkpoints saved, under the rounds' lock: between rounds,
+    # never during an update
+    assert len(locks) >= 2 and all(isinstance(lock, threading.Condition) for lock in locks)
     assert "x 2 envs, synchronous updates (A2C)" in console.splitlines()[0]
     rows = read_rows(summary["run_dir"])
     assert len(rows) == 61 and summary["episodes"] == 60
