@@ -235,10 +235,11 @@ def ps_session(tf, cluster: Cluster, graph, timeout_ms: typing.Optional[int] = N
     A call whose ops all sit on ps task 0 (one_task: the graph's do, whatever the cluster; or the
     cluster has one ps task) runs as one part there, so one the ps refuses as a repeat
     (REPEATED_REQUEST) ran nothing, and this session sends it again."""
-    if one_task:  # (an op placed nowhere runs where the master is: ps task 0)
-        elsewhere = {op.device for op in graph.get_operations() if op.device and (
-            (lambda where: (where.job, where.task))(tf.DeviceSpec.from_string(op.device))
-            != ("ps", 0))}
+    if one_task:
+        # (an op placed nowhere runs where the master is: ps task 0)
+        placed = {op.device: tf.DeviceSpec.from_string(op.device)
+                  for op in graph.get_operations() if op.device}
+        elsewhere = [device for device, where in placed.items() if (where.job, where.task) != ("ps", 0)]
         if elsewhere:
             raise ValueError(f"one_task: the graph has ops on {sorted(elsewhere)}, not only on "
                              f"/job:ps/task:0; a refused call's other parts may have run")
