@@ -117,7 +117,7 @@ class Config:
     shared_lr: float = 7e-4
     """Learning rate of the one RMSProp of a network with a shared trunk (the Atari CNN, or any
     net with use_lstm; OpenAI baselines' A2C on Atari: 7e-4, in the A3C paper's range; the
-    Atari preset's is 1e-3 over pushes of 160 samples, see ATARI). Separate MLPs use actor_lr
+    Atari preset's is 2e-3 over pushes of 160 samples, see ATARI). Separate MLPs use actor_lr
     and critic_lr instead."""
     value_loss_coef: float = 0.5
     """A shared trunk trains on one loss, policy loss + value_loss_coef x value loss - entropy
@@ -322,29 +322,32 @@ class Config:
 # (universe-starter-agent's and pytorch-a3c's) and the rate and clip (tuned here, on seed 61).
 ATARI = dict(
     cnn="small",            # 42x42 frames, four 32 3x3/2 convolutions (universe-starter-agent's
-                            # trunk): on tuning seed 61 with the three values below, mean-100 -14.8
-                            # at 10.7M frames (0.51 h); the paper net at n_steps 5 and 3e-4 had -18
-                            # at 14.3M (results/pong_curve.md). Speed: results/throughput_atari_cnn.md
+                            # trunk): on tuning seed 61 with n_steps and clip_norm below and 1e-3,
+                            # mean-100 -14.8 at 10.7M frames (0.51 h); the paper net at n_steps 5
+                            # and 3e-4 had -18 at 14.3M (results/pong_curve.md). Speed:
+                            # results/throughput_atari_cnn.md
     envs_per_worker=8,      # one C++ vector env of 8 games per worker: the act call, the env step and
     n_steps=20,             # the push all go 8-wide; 20 steps (universe-starter-agent, pytorch-a3c)
                             # make pushes of 160 samples, a quarter as many as t_max = 5
     gamma=0.99,             # A3C paper
     entropy_beta=0.01,      # A3C paper
     reward_clip=1.0,        # A3C paper (rewards clipped to [-1, 1] for learning)
-    shared_lr=1e-3,         # with eps 1e-5 and small gradients RMSProp acts as SGD at lr / sqrt(eps):
-                            # per sample 0.83x what 3e-4 over the paper's 40-sample pushes did, and
-                            # 0.71x baselines' A2C (7e-4 over 80). Tuning seed 61 at n_steps 20:
-                            # 1e-4 with eps 1e-8 left the policy uniform through 7M frames; 1e-3
-                            # without clip_norm 0.5 had gradient norms jump above 10 and the
-                            # entropy fall to 1.34 with the score at -20 (5M frames)
+    shared_lr=2e-3,         # with eps 1e-5 and small gradients RMSProp acts as SGD at lr / sqrt(eps):
+                            # per sample 1.4x baselines' A2C (7e-4 over 80). Tuning seed 61 at
+                            # n_steps 20: 2e-3 had mean-100 -13.6 at 9M frames, 1e-3 -16.2
+                            # (results/pong_tune_s61_lr2e-3.md, pong_tune_s61_lr1e-3_clip0.5.md);
+                            # 2 workers x 32 games at n_steps 5 stayed uniform through 7.8M frames
+                            # (pong_tune_s61_2x32_n5.md); 1e-4 with eps 1e-8 left the policy
+                            # uniform through 7M frames; 1e-3 without clip_norm 0.5 had gradient
+                            # norms jump above 10 and the entropy fall to 1.34 with the score at -20
     clip_norm=0.5,          # baselines' A2C; the A3C paper's 40 seldom binds: a Pong push's norm is
                             # ~0.3 after the first minute but jumps above 10 now and then, and at
                             # 1e-3 those pushes threw the policy about (above)
     rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
     max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
-    max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (the preset's Pong run
-                            # reached mean-100 -5 at 20.2M and 0 at 31.8M; its best agent, taken
-                            # at 33.4M, plays +20.9: results/pong_preset.md)
+    max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (the preset's Pong run,
+                            # seed 5, reached mean-100 0 at 9.9M frames and +18 at 19.4M, in 0.94 h;
+                            # its best agent plays +20.0: results/pong_preset_lr2e-3.md)
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
