@@ -334,9 +334,9 @@ ATARI = dict(
     reward_clip=1.0,        # A3C paper (rewards clipped to [-1, 1] for learning)
     shared_lr=2e-3,         # with eps 1e-5 and small gradients RMSProp acts as SGD at lr / sqrt(eps):
                             # per sample 1.4x baselines' A2C (7e-4 over 80). Tuning seed 61 at
-                            # n_steps 20: 2e-3 had mean-100 -13.6 at 9M frames, 1e-3 -16.2
+                            # n_steps 20: 2e-3 had mean-100 -15 at 8.2M frames, 1e-3 at 10.3M
                             # (results/pong_tune_s61_lr2e-3.md, pong_tune_s61_lr1e-3_clip0.5.md);
-                            # 2 workers x 32 games at n_steps 5 stayed uniform through 7.8M frames
+                            # 2 workers x 32 games at n_steps 5 and 1e-3 stayed uniform to 7.8M frames
                             # (pong_tune_s61_2x32_n5.md); 1e-4 with eps 1e-8 left the policy
                             # uniform through 7M frames; 1e-3 without clip_norm 0.5 had gradient
                             # norms jump above 10 and the entropy fall to 1.34 with the score at -20
@@ -346,8 +346,9 @@ ATARI = dict(
     rmsprop_epsilon=1e-5,   # baselines' A2C (the paper searched 0.1 with shared statistics)
     max_episodes=None,      # an Atari budget is counted in agent steps (each 4 frames):
     max_steps=10_000_000,   # 40M frames, the A3C paper's figures' scale (the preset's Pong run,
-                            # seed 5, reached mean-100 0 at 9.9M frames and +18 at 19.4M, in 0.94 h;
-                            # its best agent plays +20.0: results/pong_preset_lr2e-3.md)
+                            # seed 5, reached mean-100 0 at 9.9M frames and +18 at 19.4M, in 0.94 h,
+                            # and was stopped at 1 h, 20.7M: results/pong_preset_lr2e-3.md; at 1e-3
+                            # a run went to the full 40M: results/pong_preset.md)
     best_trial_episodes=4,  # a game lasts thousands of steps: 4 games per trial, 8 workers' time
     anneal_lr=True,         # A3C paper: the rate falls linearly to 0 over the run
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: Pong on 2 cores, 8 workers
