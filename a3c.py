@@ -47,6 +47,9 @@ import cluster as cluster_module
 from cpus import CpuLayout, cpu_layout, usable_cpus
 
 
+KERAS_LOADED_BY_TENSORFLOW = ("keras.src.optimizers", "tf_keras.src.optimizers")  # (Keras 3, 2)
+
+
 def import_tensorflow_quietly():
     """Import TensorFlow without its C++ start-up lines (oneDNN, CUDA probing): they are written
     to stderr before any logging setting applies, so stderr is silenced for the import alone.
@@ -57,17 +60,30 @@ def import_tensorflow_quietly():
     without (three runs of each, interleaved), and a Pong worker's update call 26 ms against
     43 ms. The MLPs of classic control were not slower in a side-by-side check. Set
     TF_ENABLE_ONEDNN_OPTS=0 to turn them off. Where TensorFlow was imported before a3c, its
-    kernels are already chosen, and nothing is changed here (not even for child processes)."""
+    kernels are already chosen, and nothing is changed here (not even for child processes).
+
+    TensorFlow's import also loads Keras's optimizers eagerly (to register them for SavedModel),
+    which loads Keras and matplotlib.pyplot. a3c uses neither Keras nor SavedModel, and without
+    that load `import a3c` took 5.3 CPU-s here against 6.4 (medians of 5 interleaved runs): a
+    second saved in every process, a cluster's and the tests' included. TensorFlow skips it
+    when the module cannot be imported, so it is marked unimportable for the import alone:
+    Keras imports as usual afterwards, should anything in the process want it."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    skipped = []
     if "tensorflow" not in sys.modules:
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+        skipped = [name for name in KERAS_LOADED_BY_TENSORFLOW if name not in sys.modules]
     sys.stderr.flush()
     saved = os.dup(2)
     try:
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 2)
+        sys.modules.update(dict.fromkeys(skipped))  # (None there: "cannot be imported")
         import tensorflow
     finally:
+        for name in skipped:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
         os.dup2(saved, 2)
         os.close(saved)
     return tensorflow
