@@ -2943,7 +2943,9 @@ def save_animation(frames: list, path: str) -> str:
         if frame.ndim == 2:  # an Atari agent's grayscale view (84 or 42 square), enlarged
             return Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3),
                                                  Image.NEAREST)
-        return Image.fromarray(frame)
+        # a GIF frame holds 256 colours: PIL's default reduction (median cut) took 35 ms a
+        # CartPole frame here, fast octree 6 ms (a 500-step episode: 18 s against 3 s)
+        return Image.fromarray(frame).quantize(method=Image.Quantize.FASTOCTREE)
 
     images = [image(frame) for frame in frames]
     partial = path + ".partial"  # an interrupted save never leaves half a GIF under the name

@@ -6,9 +6,11 @@ import shutil
 import threading
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from dataclasses import replace as dataclasses_replace
+from PIL import Image
 
 import a3c
 from envs import InterruptingEnv, RecordingEnv
@@ -87,7 +89,13 @@ def test_eval_plays_the_deterministic_policy_and_records_an_animation(trained_ru
     assert a3c.main(["--eval", trained_run, "--episodes", "3", "--record"]) == 0
     first = capsys.readouterr().out
     assert "CartPole-v1" in first and "over 3 episodes" in first
-    assert os.path.getsize(os.path.join(trained_run, "episode.gif")) > 1000
+    with Image.open(os.path.join(trained_run, "episode.gif")) as gif:
+        first_frame = np.asarray(gif.convert("RGB"), np.float32)
+    env = gym.make("CartPole-v1", render_mode="rgb_array")
+    env.reset(seed=a3c.EVAL_SEED)  # the first episode's seed: the frame the GIF starts with
+    drawn = env.render().astype(np.float32)
+    env.close()
+    assert first_frame.shape == drawn.shape and np.abs(first_frame - drawn).mean() < 2.0
     again = a3c.evaluate(trained_run, episodes=3)
     assert again["returns"] == a3c.evaluate(trained_run, episodes=3)["returns"], "deterministic"
 
