@@ -229,10 +229,12 @@ def test_resume_refuses_a_checkpoint_of_another_env(trained_run, tmp_path, capsy
 
 
 @pytest.mark.parametrize("stop_signals, mode", [
-    (["SIGINT"], []), (["SIGTERM"], []), (["SIGHUP"], []), (["SIGINT", "SIGINT"], []),
-    (["SIGINT"], ["--sync"]), (["SIGTERM"], ["--sync"])],  # no worker is left at the barrier
-    ids=["ctrl-c", "sigterm", "sighup", "ctrl-c-twice", "ctrl-c-sync", "sigterm-sync"])
+    (["SIGINT"], []), (["SIGTERM"], []), (["SIGINT", "SIGINT"], []),
+    (["SIGTERM"], ["--sync"])],  # no worker is left at the barrier
+    ids=["ctrl-c", "sigterm", "ctrl-c-twice", "sigterm-sync"])
 def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, mode, tmp_path):
+    """Past its handler, SIGTERM is a Ctrl-C (KeyboardInterrupt in the main thread), and so is
+    SIGHUP: see test_a_hangup_is_handled_as_sigterm_is."""
     import signal
     import subprocess
     import sys
@@ -261,6 +263,25 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, m
     if len(stop_signals) == 1:  # the second Ctrl-C skips the plot; the CSV is there either way
         assert os.path.exists(os.path.join(run_dir, "rewards.png"))
         assert a3c.v1.train.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+
+
+def test_a_hangup_is_handled_as_sigterm_is(capsys):
+    """A closed terminal or dropped ssh session stops a run as SIGTERM does: by the handler that
+    raises Ctrl-C's KeyboardInterrupt, which the test above follows through a real run."""
+    import signal
+
+    saved = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        for number in saved:
+            signal.signal(number, signal.SIG_DFL)
+        refused(["--eval", "no-such-run", "--episodes", "0"], capsys, "--episodes")  # (main ran)
+        handler = signal.getsignal(signal.SIGHUP)
+        assert handler is signal.getsignal(signal.SIGTERM) is a3c.stop_like_ctrl_c
+        with pytest.raises(KeyboardInterrupt):
+            handler(signal.SIGHUP, None)
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
 
 
 def test_a_non_finite_gradient_stops_training_and_the_checkpoint_stays_finite(tmp_path):
@@ -509,18 +530,18 @@ def test_a_failing_checkpoint_save_warns_and_training_goes_on(mend_at, tmp_path,
     import config as config_module
     cfg = dataclasses.replace(config_module.config_for("CartPole-v1"), workers=2, envs_per_worker=2,
                               actor_hidden=(16,), critic_hidden=(16,), max_episodes=None,
-                              max_steps=20_000, log_every_s=0.1, checkpoint_every_s=0.1)
+                              max_steps=10_000, log_every_s=0.1, checkpoint_every_s=0.1)
     console = BreakingConsole(break_at=2, mend_at=mend_at)
     summary = a3c.train("CartPole-v1", cfg, str(tmp_path), show_plot=False, out=console)
     err = capfd.readouterr().err
-    assert summary["env_steps"] >= 20_000 and not summary["interrupted"]
+    assert summary["env_steps"] >= 10_000 and not summary["interrupted"]
     assert "could not write a periodic checkpoint" in err
     assert os.path.exists(summary["plot"]) and len(read_rows(summary["run_dir"])) > 20
     if mend_at is None:
         assert "could not write the final checkpoint" in err
     else:
         latest = a3c.latest_checkpoint(os.path.join(summary["run_dir"], a3c.CHECKPOINT_FOLDER))
-        assert int(latest.rsplit("-", 1)[1]) >= 20_000
+        assert int(latest.rsplit("-", 1)[1]) >= 10_000
 
 
 class FailingConsole:
@@ -572,7 +593,7 @@ def test_a_run_piped_into_head_trains_to_its_end(stderr_too, tmp_path):
     import subprocess
 
     process = start_training_process(
-        tmp_path, 20_000, stderr=subprocess.STDOUT if stderr_too else subprocess.PIPE)
+        tmp_path, 5_000, stderr=subprocess.STDOUT if stderr_too else subprocess.PIPE)
     process.stdout.readline()  # what `| head -1` reads before it exits
     process.stdout.close()
     err = "" if stderr_too else process.stderr.read()
@@ -580,7 +601,7 @@ def test_a_run_piped_into_head_trains_to_its_end(stderr_too, tmp_path):
     if not stderr_too:
         assert "Traceback" not in err and "Exception ignored" not in err
         assert "the console went away; training goes on" in err
-    assert_trained_to(tmp_path, 20_000)
+    assert_trained_to(tmp_path, 5_000)
 
 
 def test_a_run_started_with_sighup_ignored_keeps_training_after_a_hangup(tmp_path):
@@ -588,14 +609,14 @@ def test_a_run_started_with_sighup_ignored_keeps_training_after_a_hangup(tmp_pat
     import subprocess
 
     process = start_training_process(
-        tmp_path, 20_000, stderr=subprocess.PIPE,
+        tmp_path, 5_000, stderr=subprocess.PIPE,
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # what nohup does
     process.stdout.readline()
     process.send_signal(signal.SIGHUP)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
     assert out.splitlines()[-3].startswith("done:")
-    assert_trained_to(tmp_path, 20_000)
+    assert_trained_to(tmp_path, 5_000)
 
 
 def test_resume_refuses_a_folder_without_its_csv(trained_run, tmp_path, capsys):
