@@ -17,7 +17,9 @@ import cluster
 from test_training import refused
 
 A3C = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "a3c.py")
-PENDULUM = ["--env", "Pendulum-v1", "--workers", "2", "--no-plot",
+# one worker thread a process: while a test waits on a clock (a silence, a restart) the
+# processes left train on fewer cores, and the suite's other pytest process gets the rest
+PENDULUM = ["--env", "Pendulum-v1", "--workers", "1", "--no-plot",
             "--set", "checkpoint_every_s=1", "--set", "log_every_s=1"]
 
 
@@ -148,9 +150,9 @@ def test_both_processes_episodes_land_in_the_chiefs_csv_and_global_counters(stop
     checkpoint = a3c.latest_checkpoint(os.path.join(stopped_run["run_dir"], "checkpoints"))
     final_steps = int(checkpoint.rsplit("-", 1)[1])
     # the ps's counter took both processes' steps: more than the chief's own episodes and its
-    # 16 envs' unfinished ones could hold
+    # 8 envs' unfinished ones could hold
     assert final_steps >= rows["length"].sum()
-    assert final_steps > rows["length"][rows["process"] == 0].sum() + 2 * 8 * 200
+    assert final_steps > rows["length"][rows["process"] == 0].sum() + 8 * 200
     with open(os.path.join(stopped_run["run_dir"], "config.json")) as f:
         assert json.load(f)["cluster"] == {"ps": 1, "worker": 2}
 
@@ -304,7 +306,7 @@ def test_a_cluster_run_resumes_from_the_chiefs_checkpoint_with_its_counters(chie
     # every episode of the budget, the last rollout's too (the chief sends its own last rows)
     assert len(after["episode"]) == len(before["episode"]) + 48
     new = after["env_steps"][len(before["episode"]):]
-    assert new.min() >= resumed_at and new.max() <= resumed_at + 4 * 16 * 200  # 3 rounds of 16 envs
+    assert new.min() >= resumed_at and new.max() <= resumed_at + 7 * 8 * 200  # 6 rounds of 8 envs
     assert set(after["process"][len(before["episode"]):]) == {0}
     summary = a3c.evaluate(run_dir, episodes=1, out=open(os.devnull, "w"))  # in one process
     assert np.isfinite(summary["mean"])
