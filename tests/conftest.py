@@ -25,6 +25,6 @@ DEAREST_FIRST = ["test_checkpoints",   # 176
 
 def pytest_collection_modifyitems(items):
     def rank(item):
-        name = item.module.__name__
+        name = item.path.stem
         return DEAREST_FIRST.index(name) if name in DEAREST_FIRST else len(DEAREST_FIRST)
     items.sort(key=rank)  # (stable: a module's own order stays)

@@ -162,7 +162,7 @@ def test_killing_a_worker_process_leaves_the_others_training(stopped_run):
     assert "worker process 1 has not pushed for 6 s" in stopped_run["stdout"], "the chief saw it"
     rows = stopped_run["silent_rows"]
     after = rows["wall_s"] > stopped_run["killed_at"] + 4
-    assert after.sum() >= 32 and set(rows["process"][after]) == {0}
+    assert after.sum() >= 16 and set(rows["process"][after]) == {0}  # two rounds of 8 envs
 
 
 def test_a_worker_process_started_again_with_the_same_command_rejoins(stopped_run):

@@ -194,9 +194,11 @@ def sync_worker_lost(tmp_path_factory):
     chief's CSV it is killed (SIGKILL), which ends a synchronous run."""
     folder = str(tmp_path_factory.mktemp("sync_lost"))
     results = os.path.join(folder, "results")
-    proc = launch([*PENDULUM, "--sync", "--cluster", "local:2", "--results-dir", results,
-                   "--max-episodes", "0", "--max-steps", "100000000",
-                   "--set", "best_trial_episodes=0"], folder)  # (the resumed run's too)
+    # two worker threads a process (the resumed runs' too): a round's stop must release the
+    # thread that waits on the ps and the one that waits for it alike
+    proc = launch([*PENDULUM, "--workers", "2", "--sync", "--cluster", "local:2",
+                   "--results-dir", results, "--max-episodes", "0", "--max-steps", "100000000",
+                   "--set", "best_trial_episodes=0"], folder)
     try:
         def process_1_played():
             assert proc.poll() is None, output(folder, "stderr")
@@ -264,7 +266,7 @@ def test_a_cluster_run_that_cannot_go_on_is_refused_before_any_process_starts(sy
     run_dir = sync_worker_lost["run_dir"]
     code = a3c.main(["--resume", run_dir, "--cluster", "local:2", "--no-plot", "--max-episodes",
                      "0", "--max-steps", "1000"])  # (a process it started would write here too)
-    said = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("a3c.py")]
     assert code == 2
     assert len(said) == 1 and "already used its budget" in said[0], "no process started to say more"
 
