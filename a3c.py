@@ -64,8 +64,8 @@ def import_tensorflow_quietly():
 
     TensorFlow's import also loads Keras's optimizers eagerly (to register them for SavedModel),
     which loads Keras and matplotlib.pyplot. a3c uses neither Keras nor SavedModel, and without
-    that load `import a3c` took 5.3 CPU-s here against 6.4 (medians of 5 interleaved runs): a
-    second saved in every process, a cluster's and the tests' included. TensorFlow skips it
+    that load `import a3c` took 4.2 CPU-s here against 4.6 (medians of 11 fresh processes each,
+    results/overheads.md), in every process a run or the tests start. TensorFlow skips it
     when the module cannot be imported, so it is marked unimportable for the import alone:
     Keras imports as usual afterwards, should anything in the process want it."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -2943,8 +2943,9 @@ def save_animation(frames: list, path: str) -> str:
         if frame.ndim == 2:  # an Atari agent's grayscale view (84 or 42 square), enlarged
             return Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3),
                                                  Image.NEAREST)
-        # a GIF frame holds 256 colours: PIL's default reduction (median cut) took 35 ms a
-        # CartPole frame here, fast octree 6 ms (a 500-step episode: 18 s against 3 s)
+        # a GIF frame holds 256 colours: PIL's default reduction (median cut) took 26 ms a
+        # CartPole frame here, fast octree 6.5 (a 500-step episode: 13 s against 3 s;
+        # results/overheads.md)
         return Image.fromarray(frame).quantize(method=Image.Quantize.FASTOCTREE)
 
     images = [image(frame) for frame in frames]
