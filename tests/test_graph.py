@@ -477,7 +477,7 @@ def test_final_sigma_scale_narrows_sigma_with_the_fraction_each_rollout_acted_wi
 
 
 def test_tensorflow_comes_without_keras_and_leaves_it_importable():
-    """a3c asks TensorFlow's import to skip its eager load of Keras (a second of every process's
+    """a3c asks TensorFlow's import to skip its eager load of Keras (CPU time at every process's
     start); the mark that skips it is gone afterwards, so Keras would import as usual."""
     assert "tensorflow" in sys.modules and "keras" not in sys.modules
     for name in a3c.KERAS_LOADED_BY_TENSORFLOW:
