@@ -119,21 +119,15 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if not args.no_save:
-        import a3c
-        path = os.path.join(ROOT, "results", "atari_costs.md")
-        with open(path, "w") as f:
-            f.write("# Where an Atari agent step's CPU time goes (Pong, the preset)\n\n"
-                    f"`python bench/atari_costs.py{' '.join([''] + sys.argv[1:])}`"
-                    f" on {cores} cores; versions: {a3c.versions()}; code at git commit "
-                    f"{commit}.\n\n"
-                    "CPU microseconds per agent step (one game's step, 4 frames), one worker's "
-                    "loop in one thread, alone: its env step (ale-py's vector env, its games on "
-                    "one C++ thread), its act calls, its update call (push, pull and the next "
-                    "actions), and what the loop costs beyond them (Python, and the parts "
-                    "slowing each other when interleaved). The ceiling: every core running "
-                    "nothing but this loop. The trainer: the preset without best-agent trials, "
-                    "one run in a fresh process right after, its steady-state rate.\n\n" + table + "\n")
-        print(f"wrote {os.path.relpath(path, ROOT)}")
+        throughput.save_results(
+            "atari_costs", "Where an Atari agent step's CPU time goes (Pong, the preset)", commit,
+            table, about="CPU microseconds per agent step (one game's step, 4 frames), one worker's "
+                  "loop in one thread, alone: its env step (ale-py's vector env, its games on "
+                  "one C++ thread), its act calls, its update call (push, pull and the next "
+                  "actions), and what the loop costs beyond them (Python, and the parts "
+                  "slowing each other when interleaved). The ceiling: every core running "
+                  "nothing but this loop. The trainer: the preset without best-agent trials, "
+                  "one run in a fresh process right after, its steady-state rate.\n\n")
 
 
 if __name__ == "__main__":

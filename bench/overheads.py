@@ -25,7 +25,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import throughput  # noqa: E402  (git_commit)
+import throughput  # noqa: E402  (git_commit, save_results)
 
 TIMED_IMPORT = ("import time; started = time.process_time(); {before}import a3c; "
                 "import sys; print(time.process_time() - started, 'keras' in sys.modules)")
@@ -99,15 +99,10 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if not args.no_save:
-        import a3c
-        path = os.path.join(ROOT, "results", "overheads.md")
-        with open(path, "w") as f:
-            f.write("# Fixed costs outside the training loop: a process's start, --record\n\n"
-                    f"`python bench/overheads.py{' '.join([''] + sys.argv[1:])}` on "
-                    f"{len(os.sched_getaffinity(0))} cores, {args.repeats} fresh processes of "
-                    f"each start (interleaved), {args.frames} CartPole frames (600x400) per GIF; "
-                    f"versions: {a3c.versions()}; code at git commit {commit}.\n\n" + table + "\n")
-        print(f"wrote {os.path.relpath(path, ROOT)}")
+        throughput.save_results(
+            "overheads", "Fixed costs outside the training loop: a process's start, --record",
+            commit, table, setting=f", {args.repeats} fresh processes of each start "
+            f"(interleaved), {args.frames} CartPole frames (600x400) per GIF")
 
 
 if __name__ == "__main__":

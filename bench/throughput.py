@@ -257,6 +257,19 @@ def git_commit() -> str:
     return commit + ("+changes" if dirty else "")
 
 
+def save_results(script: str, title: str, commit: str, table: str, setting: str = "",
+                 about: str = "") -> None:
+    """results/<script>.md: the title, the command line that ran bench/<script>.py, the cores
+    (and setting), the versions and the commit, then about and the table."""
+    import a3c
+    path = os.path.join(ROOT, "results", f"{script}.md")
+    with open(path, "w") as f:
+        f.write(f"# {title}\n\n`python bench/{script}.py{' '.join([''] + sys.argv[1:])}` on "
+                f"{len(os.sched_getaffinity(0))} cores{setting}; versions: {a3c.versions()}; "
+                f"code at git commit {commit}.\n\n{about}{table}\n")
+    print(f"wrote {os.path.relpath(path, ROOT)}")
+
+
 def table(rows, bare, args) -> str:
     import a3c
     from a3c import FRAME_SKIP
