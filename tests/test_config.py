@@ -1,0 +1,106 @@
+"""config.describe_preset: the line names every field the applied presets set, and config_for
+gives each of those fields the preset's value, so the line cannot drift from the config a run
+gets. Plain Python: only `config` is imported here."""
+import re
+
+import pytest
+
+import config
+
+FIELDS = set(config.field_names())
+UNKNOWN = "MyEnv-v0"
+
+# (env id, sync, what the line must name as its first preset's source)
+CASES = [
+    ("Pendulum-v1", False, "the Pendulum-v1 preset (config.py PRESETS)"),
+    ("CartPole-v1", False, "the CartPole-v1 preset (config.py PRESETS)"),
+    ("Acrobot-v1", False, "the Acrobot-v1 preset (config.py PRESETS)"),
+    ("ALE/Pong-v5", False, "the ALE/Pong-v5 preset (config.py PRESETS)"),  # an entry of its own
+    ("ALE/Boxing-v5", False, "the Atari preset (config.py ATARI)"),        # none: ATARI
+    (UNKNOWN, False, f"no preset for {UNKNOWN}: Config's defaults"),
+    ("Pendulum-v1", True, "the Pendulum-v1 preset (config.py PRESETS)"),
+    ("CartPole-v1", True, "the CartPole-v1 preset (config.py PRESETS)"),
+    ("Acrobot-v1", True, "the Acrobot-v1 preset (config.py PRESETS)"),    # no SYNC_PRESETS entry
+    ("ALE/Boxing-v5", True, "the Atari preset (config.py ATARI)"),
+    (UNKNOWN, True, f"no preset for {UNKNOWN}: Config's defaults"),
+]
+IDS = [f"{env}{' --sync' if sync else ''}" for env, sync, _ in CASES]
+
+
+def env_preset(env_id: str) -> dict:
+    """The env's own preset, looked up here from the dicts themselves, not through config's code."""
+    if env_id in config.PRESETS:
+        return config.PRESETS[env_id]
+    return config.ATARI if env_id.startswith("ALE/") else {}
+
+
+def sync_preset(env_id: str) -> dict:
+    return {**config.SYNC_PRESETS.get(env_id, {}), "sync_updates": True}
+
+
+def named_fields(text: str) -> set:
+    return {word for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text) if word in FIELDS}
+
+
+@pytest.mark.parametrize("env_id, sync, source", CASES, ids=IDS)
+def test_the_line_names_the_preset_and_every_field_it_sets(env_id, sync, source):
+    line = config.describe_preset(env_id, sync)
+    assert "\n" not in line
+    assert line.startswith(f"config: {source}")
+    own, _, on_top = line.partition("; ")
+    assert named_fields(own) == set(env_preset(env_id))
+    if sync:
+        assert "--sync" in on_top
+        assert named_fields(on_top) == set(sync_preset(env_id))
+        assert "SYNC_PRESETS" in on_top
+    else:
+        assert on_top == "" and "--sync" not in line
+
+
+@pytest.mark.parametrize("env_id, sync, source", CASES, ids=IDS)
+def test_config_for_gives_every_named_field_the_presets_value(env_id, sync, source):
+    cfg, default = config.config_for(env_id, sync), config.Config()
+    expected = {**env_preset(env_id), **(sync_preset(env_id) if sync else {})}
+    named = named_fields(config.describe_preset(env_id, sync))
+    assert named == set(expected)
+    for field in named:
+        assert getattr(cfg, field) == expected[field], field
+    for field in FIELDS - named:
+        assert getattr(cfg, field) == getattr(default, field), field
+    assert config.preset_for(env_id, sync) == expected
+
+
+def test_sync_on_top_of_an_env_preset_wins_where_both_set_a_field():
+    # CartPole's --sync rates replace its preset's: the line lists actor_lr in both parts, and
+    # config_for must take the later one
+    line = config.describe_preset("CartPole-v1", sync=True)
+    own, _, on_top = line.partition("; ")
+    assert "actor_lr" in named_fields(own) and "actor_lr" in named_fields(on_top)
+    sync_lr = config.SYNC_PRESETS["CartPole-v1"]["actor_lr"]
+    assert sync_lr != config.PRESETS["CartPole-v1"]["actor_lr"]
+    assert config.config_for("CartPole-v1", True).actor_lr == sync_lr
+    assert config.config_for("CartPole-v1").actor_lr == config.PRESETS["CartPole-v1"]["actor_lr"]
+
+
+def test_an_edited_default_that_a_preset_overrides_is_named():
+    # the line's purpose: a user who changes Config.clip_norm sees that Pendulum's preset sets it
+    assert "clip_norm" in config.describe_preset("Pendulum-v1")
+    assert "clip_norm" not in config.describe_preset("Acrobot-v1")
+
+
+def test_every_preset_names_real_fields_and_validates():
+    for presets in (config.PRESETS, config.SYNC_PRESETS, {"ALE/*": config.ATARI}):
+        for env_id, preset in presets.items():
+            assert set(preset) <= FIELDS, env_id
+    for env_id in [*config.PRESETS, "ALE/Boxing-v5", UNKNOWN]:
+        for sync in (False, True):
+            config.config_for(env_id, sync).validate()
+
+
+def test_the_lookup_hands_out_copies():
+    gamma = config.PRESETS["Pendulum-v1"]["gamma"]
+    config.preset_for("Pendulum-v1")["gamma"] = gamma / 2
+    config.preset_for("ALE/Boxing-v5")["n_steps"] = 1
+    assert config.PRESETS["Pendulum-v1"]["gamma"] == gamma
+    assert config.config_for("Pendulum-v1").gamma == gamma
+    assert config.ATARI["n_steps"] != 1
