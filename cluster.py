@@ -226,10 +226,10 @@ def ps_session(tf, cluster: Cluster, graph, timeout_ms: typing.Optional[int] = N
                one_task: bool = False):
     """A session whose graph runs on the ps tasks, through ps task 0's own master.
 
-    Through this process's master a call to the ps costs ~1.6 ms of this process's CPU even for
-    one scalar op (the master splits each step between its own task and the ps, and drives the
-    ps's part over gRPC); through the ps's master ~0.2 ms, and ~0.55 ms of latency (loopback,
-    2 cores). So every op of these graphs sits on a ps task, and only the ps tasks are asked for.
+    Through this process's own master a call to the ps costs several times as much of this
+    process's CPU, even for one scalar op: the master splits each step between its own task and
+    the ps and drives the ps's part over gRPC (docs/implementation.md). So every op of these
+    graphs sits on a ps task, and only the ps tasks are asked for.
     timeout_ms: how long a call may take, CALL_TIMEOUT_MS unless given (a gRPC session applies
     this to every call; a callable's own run options are not read).
     A call whose ops all sit on ps task 0 (one_task: the graph's do, whatever the cluster; or the
@@ -251,16 +251,12 @@ def ps_session(tf, cluster: Cluster, graph, timeout_ms: typing.Optional[int] = N
                             operation_timeout_in_ms=timeout_ms or CALL_TIMEOUT_MS))
 
 
-# A TensorFlow defect (2.21), measured here: a master runs each call in a thread it starts for
-# that call, and names the call's RunGraph request with that thread's first draw from a generator
-# seeded with 32 random bits, while every task refuses a name it has seen among its last 100,000
-# requests: AbortedError "The same RunGraph (Worker) request was received twice", raised before
-# anything runs. So once ~100k calls have been made about one call in 43,000 is refused
-# (100,000 / 2**32), whatever the mode: 11 of 608,970 in bench/ps_repeats.py.
+# A TensorFlow defect (2.21): a master names each call's RunGraph request from 32 random bits,
+# and every task refuses a name among its last 100,000, before anything runs; so about one call
+# in 43,000 is refused once a run has made ~100k (docs/implementation.md, results/ps_repeats.md).
 # A refused call that ran as one part ran nothing and is sent again; with several ps tasks the
 # other tasks' parts of it may have run, so there the refusal ends the run (resume it), as any
-# worker's error does. The master's own "RunCallable (Master) ... received twice" is not this:
-# it refuses a client's real retry (after a dropped connection) of a call that may have run.
+# worker's error does.
 REPEATED_REQUEST = "The same RunGraph (Worker) request was received twice"
 REPEAT_TRIES = 4  # a call refused again is one in 43,000 again; four in a row is a different bug
 

@@ -64,14 +64,12 @@ def cpu_layout(cfg: Config, cpus: list = None, capacity: float = None) -> typing
     capacity are usable_cpus() unless given.
 
     Only one thread at a time runs Python (the GIL), and every session call hands it on. Left to
-    the OS, the next worker often sleeps on the other CPU, and waking it there costs more than
-    the call: 8 workers x 8 Pendulum envs on 2 cores kept the CPUs ~67% busy at ~0.35x the bare
-    env loop. With the workers taking turns on one CPU and their ops queued to a pool on the
-    others, both CPUs stay busy (results/throughput.md). It takes 3 or more workers: with fewer,
-    there is seldom another worker ready to run while one waits for its ops, and a lone worker
-    ran at half its speed waiting on the pool.
+    the OS, the next worker often sleeps on another CPU, and waking it there costs more than the
+    call. With the workers taking turns on one CPU and their ops queued to a pool on the others,
+    both CPUs stay busy (results/throughput.md, docs/implementation.md). It takes 3 or more
+    workers: with fewer, there is seldom another worker ready to run while one waits for its ops.
 
-    Past 2 CPUs (reasoned, not measured: this was built on a 2-core machine): the workers still
+    Past 2 CPUs (reasoned, not measured): the workers still
     share one CPU, which costs nothing while Python runs one thread at a time, but does cost an
     env whose step releases the GIL (run those with pin_threads=false). The pool gets at most one
     CPU per worker, since each worker has at most one call in flight. Under a cgroup quota of Q

@@ -48,16 +48,18 @@ def loop_costs(envs_per_worker: int, rollouts: int) -> dict:
     import numpy as np
 
     import a3c
+    import environments
+    import sessions
 
     cfg = dataclasses.replace(config_module.config_for(ENV_ID), workers=1,
                               envs_per_worker=envs_per_worker)
     T, E = cfg.n_steps, envs_per_worker
-    spec = a3c.probe_spec(ENV_ID, cfg)
-    graph = a3c.tf.Graph()
+    spec = environments.probe_spec(ENV_ID, cfg)
+    graph = sessions.tf.Graph()
     with graph.as_default():
         _, (net,) = a3c.build_graph(spec, cfg)
-        init = a3c.v1.global_variables_initializer()
-    sess = a3c.open_session(graph, None)  # the preset runs unpinned: ops in the calling thread
+        init = sessions.v1.global_variables_initializer()
+    sess = sessions.open_session(graph, None)  # the preset runs unpinned: ops in the calling thread
     sess.run(init)
     worker = a3c.Worker(0, net, ENV_ID, spec, cfg)
     worker.prepare(sess, seed=1)

@@ -18,7 +18,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-import a3c  # noqa: E402
+import best_agent  # noqa: E402
+import checkpoints  # noqa: E402
+import environments  # noqa: E402
+import runlog  # noqa: E402
 
 
 def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -46,14 +49,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="results")
     args = parser.parse_args(argv)
 
-    env_id, cfg = a3c.read_run(args.run_dir)
-    rows = a3c.read_episodes(os.path.join(args.run_dir, "episodes.csv"))
-    per_step = a3c.FRAME_SKIP if a3c.is_atari(env_id) else 1
+    env_id, cfg = checkpoints.read_run(args.run_dir)
+    rows = runlog.read_episodes(os.path.join(args.run_dir, "episodes.csv"))
+    per_step = environments.FRAME_SKIP if environments.is_atari(env_id) else 1
     frames, wall, returns = rows["env_steps"] * per_step, rows["wall_s"], rows["return"]
     means = {20: trailing_mean(returns, 20), 100: trailing_mean(returns, 100)}
     tenths = [part for part in np.array_split(np.arange(len(returns)), 10) if len(part)]
-    info = a3c.read_run_info(args.run_dir)
-    best = a3c.read_best_info(os.path.join(args.run_dir, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER))
+    info = checkpoints.read_run_info(args.run_dir)
+    best = best_agent.read_best_info(os.path.join(args.run_dir, checkpoints.CHECKPOINT_FOLDER, best_agent.BEST_FOLDER))
 
     lines = [f"# Learning curve: {env_id}", "",
              f"`python bench/curve.py {' '.join(argv if argv is not None else sys.argv[1:])}`, "

@@ -30,42 +30,47 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import a3c  # noqa: E402
+import best_agent  # noqa: E402
+import checkpoints  # noqa: E402
+import environments  # noqa: E402
+import runlog  # noqa: E402
+import sessions  # noqa: E402
 import config as config_module  # noqa: E402
 from targets import ATARI_TARGETS, TARGETS  # noqa: E402
 
 
 def first_reach(rows: dict, target: float):
     """Index of the first episode whose mean-100 (over a full window) reached the target, or None."""
-    full = np.arange(len(rows["episode"])) >= a3c.RUNNING_WINDOW - 1
+    full = np.arange(len(rows["episode"])) >= runlog.RUNNING_WINDOW - 1
     hits = np.nonzero(full & (rows["running_return"] >= target))[0]
     return int(hits[0]) if len(hits) else None
 
 
 def target_of(env_id: str) -> float:
-    return ATARI_TARGETS.get(env_id, np.inf) if a3c.is_atari(env_id) else TARGETS.get(env_id, (np.inf,))[0]
+    return ATARI_TARGETS.get(env_id, np.inf) if environments.is_atari(env_id) else TARGETS.get(env_id, (np.inf,))[0]
 
 
 def run_one(env_id: str, seed: int, overrides: dict, workdir: str, frames: int) -> dict:
-    target, atari = target_of(env_id), a3c.is_atari(env_id)
-    budget = (dict(max_episodes=None, max_steps=frames // a3c.FRAME_SKIP) if atari  # frames
+    target, atari = target_of(env_id), environments.is_atari(env_id)
+    budget = (dict(max_episodes=None, max_steps=frames // environments.FRAME_SKIP) if atari  # frames
               else dict(max_episodes=TARGETS.get(env_id, (np.inf, 1000))[1]))
     preset = config_module.config_for(env_id, sync=overrides.get("sync_updates", False))
     cfg = dataclasses.replace(preset, seed=seed, **budget)
     cfg = dataclasses.replace(cfg, **overrides)  # --set max_episodes=... may extend the budget
-    budget_text = (f"{cfg.max_steps * a3c.FRAME_SKIP / 1e6:g}M frames" if atari and cfg.max_steps
+    budget_text = (f"{cfg.max_steps * environments.FRAME_SKIP / 1e6:g}M frames" if atari and cfg.max_steps
                    else f"{cfg.max_episodes} ep")
     summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
-    rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+    rows = runlog.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
     evaluation = a3c.evaluate(summary["run_dir"], episodes=ATARI_EVAL_GAMES if atari else EVAL_EPISODES,
                               out=io.StringIO())
-    if os.sep + a3c.BEST_FOLDER + os.sep not in evaluation["checkpoint"]:  # it played the latest
+    if os.sep + best_agent.BEST_FOLDER + os.sep not in evaluation["checkpoint"]:  # it played the latest
         evaluation["mean"] = float("nan")
     hit = first_reach(rows, target)
     return dict(env=env_id, seed=seed, budget=budget_text, rows=rows,
                 steps_per_s=summary["steps_per_s"],
                 wall_s=summary["wall_s"], env_steps=summary["env_steps"],
                 final=float(rows["running_return"][-1]),
-                best=float(np.max(rows["running_return"][a3c.RUNNING_WINDOW - 1:], initial=-np.inf)),
+                best=float(np.max(rows["running_return"][runlog.RUNNING_WINDOW - 1:], initial=-np.inf)),
                 eval_best=evaluation["mean"],
                 hit_episode=None if hit is None else int(rows["episode"][hit]),
                 hit_steps=None if hit is None else int(rows["env_steps"][hit]),
@@ -226,13 +231,13 @@ def main(argv=None) -> int:
         command = " ".join(["python bench/learning.py"] + (argv if argv is not None else sys.argv[1:]))
         with open(os.path.join(args.out, f"learning{args.tag}.md"), "w") as f:
             f.write(f"# Learning benchmark\n\n`{command}` (overrides: {settings}); "
-                    f"versions: {a3c.versions()}.\n\n{text}\n")
+                    f"versions: {sessions.versions()}.\n\n{text}\n")
         for env_id in args.envs:
             plot(results["plain"], env_id,
-                 os.path.join(args.out, f"learning{args.tag}_{a3c.file_name(env_id)}.png"), settings)
+                 os.path.join(args.out, f"learning{args.tag}_{checkpoints.file_name(env_id)}.png"), settings)
             if args.versus:
                 plot(results[versus], env_id,
-                     os.path.join(args.out, f"learning{args.tag}_versus_{a3c.file_name(env_id)}.png"),
+                     os.path.join(args.out, f"learning{args.tag}_versus_{checkpoints.file_name(env_id)}.png"),
                      ", ".join(args.set + args.versus))
     return 0
 

@@ -6,7 +6,7 @@ such calls again (see REPEATED_REQUEST in cluster.py).
     python bench/ps_repeats.py --seconds 30 --no-save
 
 One process starts a ps task on a loopback port and calls it through cluster.ps_session and
-a3c.session_callable, as a worker process does: one op that adds 1 to a variable on the ps, as fast as it goes. Reported:
+sessions.session_callable, as a worker process does: one op that adds 1 to a variable on the ps, as fast as it goes. Reported:
 the calls made, how many the ps refused (each was sent again by the session), where the first
 refusal came, and whether the variable ends equal to the number of calls, i.e. whether every
 call took effect exactly once (none lost to a refusal, none applied twice). Run it alone.
@@ -24,7 +24,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
 
-import a3c  # noqa: E402
+import sessions  # noqa: E402
 import cluster as cluster_module  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def main() -> None:
         add = counter.assign_add(tf.constant(1, tf.int64)).op
     sess = cluster_module.ps_session(tf, cluster, graph)
     sess.run(counter.initializer)
-    call = a3c.session_callable(sess, [add], [])  # as the trainer makes its calls to the ps
+    call = sessions.session_callable(sess, [add], [])  # as the trainer makes its calls to the ps
 
     calls, first_refusal = 0, None
     start = time.perf_counter()

@@ -35,6 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import a3c  # noqa: E402
+import checkpoints  # noqa: E402
+import runlog  # noqa: E402
+import sessions  # noqa: E402
 import config as config_module  # noqa: E402
 from targets import TARGETS  # noqa: E402
 
@@ -83,7 +86,7 @@ PARTS = {1: "asynchronous vs synchronous updates, 8 workers",
 
 def first_reach(rows: dict, target: float):
     """Index of the first episode whose full mean-100 window reached target, or None."""
-    full = np.arange(len(rows["episode"])) >= a3c.RUNNING_WINDOW - 1
+    full = np.arange(len(rows["episode"])) >= runlog.RUNNING_WINDOW - 1
     hits = np.nonzero(full & (rows["running_return"] >= target))[0]
     return int(hits[0]) if len(hits) else None
 
@@ -99,7 +102,7 @@ def run_one(env_id: str, setting: Setting, seed: int, workdir: str, quick: bool)
     cfg = dataclasses.replace(preset, seed=seed, **budget(env_id, quick), **setting.overrides(preset),
                               best_trial_episodes=0)  # no best-agent trials: see the docstring
     summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
-    rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+    rows = runlog.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
     target = TARGETS[env_id][0]
     result = dict(env=env_id, setting=setting.name, seed=seed, workers=cfg.workers,
                   envs_per_worker=cfg.envs_per_worker, steps_per_s=summary["steps_per_s"],
@@ -179,7 +182,7 @@ def plot(env_id: str, settings: list, by_setting: dict, path: str, title: str) -
             curves = []
             for r in runs:
                 x, y = np.array(r["curve"][axis]), np.array(r["curve"][2])
-                full = np.arange(len(y)) >= a3c.RUNNING_WINDOW - 1
+                full = np.arange(len(y)) >= runlog.RUNNING_WINDOW - 1
                 curves.append(np.interp(grid, x[full], y[full], left=np.nan) if full.any()
                               else np.full_like(grid, np.nan))
             curves = np.array(curves)
@@ -385,7 +388,7 @@ def write_report(results: list, elapsed: float, command: str, seeds: list, quick
     text = [f"# The study: A3C and A2C, 1 to 16 workers, lr / sqrt(N), batching", "",
             f"`{command}`: {len(results)} runs, {elapsed / 60:.0f} minutes on this machine "
             f"({os.cpu_count()} CPUs); seeds {', '.join(map(str, seeds))} (nothing was tuned on "
-            f"them); versions {a3c.versions()}.", "",
+            f"them); versions {sessions.versions()}.", "",
             "Every run is `a3c.py` with the env's preset and the setting's overrides. Budgets: "
             + "; ".join(f"{env_id} {b['max_episodes']:,} episodes"
                         + (f" or {b['max_steps']:,} env steps" if b["max_steps"] else "")
@@ -405,7 +408,7 @@ def write_report(results: list, elapsed: float, command: str, seeds: list, quick
         text += [f"## {env_id}", ""]
         for part, title in PARTS.items():
             settings = [s for s in SETTINGS if part in s.parts]
-            png = f"{name}_{a3c.file_name(env_id)}_{part}.png"
+            png = f"{name}_{checkpoints.file_name(env_id)}_{part}.png"
             plot(env_id, settings, by_setting, os.path.join(out, png), title)
             text += [f"### {part}. {title}", "", table(env_id, settings, by_setting), "",
                      f"![{env_id}: {title}]({png})", ""]

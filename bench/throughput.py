@@ -66,9 +66,9 @@ def bare_atari(env_id: str, cfg, games: int, threads: int, seconds: float = 4.0)
     measured against."""
     import numpy as np
 
-    import a3c
+    import environments
 
-    envs = a3c.make_envs(env_id, dataclasses.replace(cfg, atari_threads=threads), games)
+    envs = environments.make_envs(env_id, dataclasses.replace(cfg, atari_threads=threads), games)
     try:
         envs.reset(np.arange(games))
         actions = np.zeros(games, np.int32)
@@ -99,6 +99,8 @@ def steady_rate(rows: dict, summary: dict) -> tuple[float, bool]:
 def child(env_id: str, workers: int, envs_per_worker: int, steps: int, repeats: int, sets: list) -> None:
     """Runs in a fresh process: train `repeats` times, print one JSON line."""
     import a3c
+    import cpus
+    import runlog
 
     overrides = config_module.parse_overrides(sets)
     runs = []
@@ -108,11 +110,11 @@ def child(env_id: str, workers: int, envs_per_worker: int, steps: int, repeats: 
                                       envs_per_worker=envs_per_worker, max_steps=steps,
                                       max_episodes=None, seed=100 + repeat, **overrides)
             summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
-            rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+            rows = runlog.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
             rate, steady = steady_rate(rows, summary)
             runs.append(dict(steps_per_s=rate, steady=steady,
                              cpu_utilisation=summary["cpu_utilisation"]))
-    print(json.dumps(dict(runs=runs, pinned=a3c.cpu_layout(cfg) is not None,
+    print(json.dumps(dict(runs=runs, pinned=cpus.cpu_layout(cfg) is not None,
                           peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
 
 
@@ -261,24 +263,24 @@ def save_results(script: str, title: str, commit: str, table: str, setting: str 
                  about: str = "") -> None:
     """results/<script>.md: the title, the command line that ran bench/<script>.py, the cores
     (and setting), the versions and the commit, then about and the table."""
-    import a3c
+    import sessions
     path = os.path.join(ROOT, "results", f"{script}.md")
     with open(path, "w") as f:
         f.write(f"# {title}\n\n`python bench/{script}.py{' '.join([''] + sys.argv[1:])}` on "
-                f"{len(os.sched_getaffinity(0))} cores{setting}; versions: {a3c.versions()}; "
+                f"{len(os.sched_getaffinity(0))} cores{setting}; versions: {sessions.versions()}; "
                 f"code at git commit {commit}.\n\n{about}{table}\n")
     print(f"wrote {os.path.relpath(path, ROOT)}")
 
 
 def table(rows, bare, args) -> str:
-    import a3c
+    import sessions
     from a3c import FRAME_SKIP
 
     lines = ["# Throughput benchmark", "",
              f"`python bench/throughput.py{' '.join([''] + sys.argv[1:])}` on "
              f"{os.cpu_count()} cores, {args.repeats} runs per cell "
              f"(median, min..max), overrides: {', '.join(args.set) or 'none'}; versions: "
-             f"{a3c.versions()}; code at git commit {args.commit}.", "",
+             f"{sessions.versions()}; code at git commit {args.commit}.", "",
              "Threads pinned: the workers share one CPU and TensorFlow's op pool has the others "
              "(`pin_threads`, from 3 workers; on by default for classic control, off in the Atari "
              "preset); unpinned: threads run anywhere and ops run in the calling thread.", "",

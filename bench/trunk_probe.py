@@ -22,6 +22,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import a3c  # noqa: E402
+import checkpoints  # noqa: E402
+import console  # noqa: E402
+import environments  # noqa: E402
+import sessions  # noqa: E402
 
 FLOOR = {"relu": 0.0, "elu": -0.99}  # at or below it a unit passes (almost) no gradient
 GAMES, STEPS, EVERY = 8, 300, 10
@@ -29,7 +33,7 @@ GAMES, STEPS, EVERY = 8, 300, 10
 
 def probe_frames(env_id: str, cfg) -> tuple:
     """(frames [GAMES * STEPS / EVERY, ...], the env's EnvSpec)."""
-    envs = a3c.make_envs(env_id, cfg, GAMES)
+    envs = environments.make_envs(env_id, cfg, GAMES)
     try:
         obs = envs.reset(np.arange(GAMES))
         rng = np.random.default_rng(0)
@@ -38,13 +42,13 @@ def probe_frames(env_id: str, cfg) -> tuple:
             obs = np.asarray(envs.step(rng.integers(0, envs.action_space.n, GAMES))[0])
             if t % EVERY == 0:
                 frames.append(obs.copy())
-        return np.concatenate(frames), a3c.env_spec(envs, env_id)
+        return np.concatenate(frames), environments.env_spec(envs, env_id)
     finally:
         envs.close()
 
 
 def checkpoints_of(run_dir: str) -> list[str]:
-    found = glob.glob(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER, "model-*.index"))
+    found = glob.glob(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER, "model-*.index"))
     return sorted((path[:-len(".index")] for path in found), key=lambda p: int(p.rsplit("-", 1)[1]))
 
 
@@ -57,30 +61,30 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return probe(args, argv)
-    except a3c.UsageError as exc:  # before anything is written
+    except console.UsageError as exc:  # before anything is written
         print(f"trunk_probe.py: error: {exc}", file=sys.stderr)
         return 2
 
 
 def probe(args, argv) -> int:
-    env_id, cfg = a3c.read_run(args.run_dir)
-    if not a3c.is_atari(env_id) or cfg.use_lstm:
-        raise a3c.UsageError(f"{args.run_dir} is a {env_id} run{' with an LSTM' if cfg.use_lstm else ''}"
-                             f"; the probe needs a feed-forward Atari run (a trunk ending in fc)")
-    checkpoints = checkpoints_of(args.run_dir)
-    if not checkpoints:
-        raise a3c.UsageError(f"{args.run_dir} has no checkpoints to probe")
+    env_id, cfg = checkpoints.read_run(args.run_dir)
+    if not environments.is_atari(env_id) or cfg.use_lstm:
+        raise console.UsageError(f"{args.run_dir} is a {env_id} run{' with an LSTM' if cfg.use_lstm else ''}"
+                                 f"; the probe needs a feed-forward Atari run (a trunk ending in fc)")
+    paths = checkpoints_of(args.run_dir)
+    if not paths:
+        raise console.UsageError(f"{args.run_dir} has no checkpoints to probe")
     cfg = dataclasses.replace(cfg, workers=1)
     frames, spec = probe_frames(env_id, cfg)
-    tf, v1 = a3c.tf, a3c.v1
+    tf, v1 = sessions.tf, sessions.v1
     graph = tf.Graph()
     with graph.as_default():
         net = a3c.ACNet("global", spec, cfg)
         saver = v1.train.Saver(net.params)
-    sess = v1.Session(graph=graph, config=a3c.session_config(-1))
+    sess = v1.Session(graph=graph, config=sessions.session_config(-1))
     rows = []
-    for checkpoint in checkpoints:
-        a3c.restore_checkpoint(sess, saver, checkpoint, net.params, env_id)
+    for checkpoint in paths:
+        checkpoints.restore_checkpoint(sess, saver, checkpoint, net.params, env_id)
         fc, values, logits = sess.run([net.features, net.value, net.policy.logits], {net.obs: frames})
         at_floor = np.all(fc <= FLOOR[cfg.trunk_activation], axis=0)
         varying = fc.std(axis=0) > 1e-3
@@ -88,7 +92,7 @@ def probe(args, argv) -> int:
                     f"{varying.mean():.0%} | {values.mean():.3f} | {values.std():.4f} | "
                     f"{logits.std(axis=0).mean():.4f} |")
     sess.close()
-    info = a3c.read_run_info(args.run_dir)
+    info = checkpoints.read_run_info(args.run_dir)
     lines = [f"# Trunk probe: {env_id}", "",
              f"`python bench/trunk_probe.py {' '.join(argv if argv is not None else sys.argv[1:])}`,"
              f" run `{os.path.basename(os.path.normpath(args.run_dir))}` "

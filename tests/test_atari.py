@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 
 import a3c
+import checkpoints
+import environments
+import networks
+import sessions
 import config as config_module
-from graphs import build_session
+from graphs import build_session, checkpoints_and_best
 from test_training import read_rows, refused
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
@@ -27,9 +31,9 @@ def atari_config(**fields):
 
 def pong_spec(cfg):
     """The EnvSpec of Pong's frames and actions, read from a real ale-py vector env."""
-    envs = a3c.make_envs(PONG, cfg, 1)
+    envs = environments.make_envs(PONG, cfg, 1)
     try:
-        return a3c.env_spec(envs, PONG)
+        return environments.env_spec(envs, PONG)
     finally:
         envs.close()
 
@@ -46,18 +50,18 @@ def test_a_run_saved_with_the_paper_net_is_read_back_with_it_and_its_84x84_frame
     """The preset's trunk changed (to the small net on 42x42 frames): --resume and --eval of a
     run that trained the paper net must build that net and its frames, not today's preset."""
     run_dir = write_run_folder(tmp_path / "run", PONG, cnn="a3c", n_steps=5, shared_lr=3e-4)
-    env_id, cfg = a3c.read_run(run_dir)
+    env_id, cfg = checkpoints.read_run(run_dir)
     assert (env_id, cfg.cnn, cfg.n_steps, cfg.shared_lr) == (PONG, "a3c", 5, 3e-4)
-    envs = a3c.make_envs(env_id, cfg, 1)
+    envs = environments.make_envs(env_id, cfg, 1)
     assert envs.reset([3]).shape == (1, 4, 84, 84)
     envs.close()
 
 
 def test_atari_envs_give_uint8_frame_stacks_and_the_final_frames_of_a_cut_game():
     cfg = atari_config(max_episode_steps=30)  # 120 frames: a game cut by the time limit
-    envs = a3c.make_envs(PONG, cfg, 2)
-    spec = a3c.env_spec(envs, PONG)
-    side = a3c.frame_size(cfg)  # the preset's: 42 (its small CNN)
+    envs = environments.make_envs(PONG, cfg, 2)
+    spec = environments.env_spec(envs, PONG)
+    side = environments.frame_size(cfg)  # the preset's: 42 (its small CNN)
     assert spec.image and spec.obs_shape == (4, side, side) and spec.obs_dtype == np.uint8
     assert spec.discrete and spec.n_actions == 6
     obs = envs.reset([5, 6])
@@ -81,7 +85,7 @@ def test_same_seeds_give_the_same_games():
     cfg = atari_config()
     runs = []
     for _ in range(2):
-        envs = a3c.make_envs(PONG, cfg, 2)
+        envs = environments.make_envs(PONG, cfg, 2)
         frames = [envs.reset([11, 12])]
         for action in [2, 3, 2, 2, 3, 0, 1] * 5:
             frames.append(np.asarray(envs.step(np.array([action, 5 - action]))[0]))
@@ -108,7 +112,7 @@ def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads(use_ls
     else:
         assert not any("lstm" in n for n in names)
     with sess.graph.as_default():
-        slots = [v.op.name for v in a3c.v1.global_variables() if "RMSProp" in v.op.name]
+        slots = [v.op.name for v in sessions.v1.global_variables() if "RMSProp" in v.op.name]
     optimisers = {name.split("/")[-1] for name in slots}
     assert optimisers == {"RMSProp", "RMSProp_1"}, "one optimiser: mean square and momentum slots"
 
@@ -137,7 +141,7 @@ def test_the_preset_pushes_whole_rollouts_of_8_games_x_20_steps_clipped_to_its_n
     cfg = dataclasses.replace(config_module.config_for(PONG), workers=1)
     spec = pong_spec(cfg)
     sess, global_net, (worker,) = build_session(spec, cfg)
-    T, E, side = cfg.n_steps, cfg.envs_per_worker, a3c.frame_size(cfg)
+    T, E, side = cfg.n_steps, cfg.envs_per_worker, environments.frame_size(cfg)
     assert (T, E, side) == (20, 8, 42)
     rng = np.random.default_rng(9)
     feed = {worker.obs: rng.integers(0, 256, (T * E, 4, side, side), dtype=np.uint8),
@@ -161,8 +165,8 @@ def test_the_preset_pushes_whole_rollouts_of_8_games_x_20_steps_clipped_to_its_n
 def test_the_small_cnn_reads_42x42_frames_and_one_push_trains_all_of_it(use_lstm):
     cfg = atari_config(workers=1, envs_per_worker=2, n_steps=2, shared_lr=1e-3, cnn="small",
                        use_lstm=use_lstm)
-    envs = a3c.make_envs(PONG, cfg, 2)
-    spec = a3c.env_spec(envs, PONG)
+    envs = environments.make_envs(PONG, cfg, 2)
+    spec = environments.env_spec(envs, PONG)
     obs = envs.reset([1, 2])
     envs.close()
     assert spec.obs_shape == (4, 42, 42) and obs.shape == (2, 4, 42, 42) and obs.dtype == np.uint8
@@ -203,8 +207,8 @@ def test_the_shared_loss_weights_the_value_loss_by_its_coefficient():
     sess.run(worker.pull)
     fc = next(v for v in worker.params if v.op.name.endswith("trunk/fc/w"))
     with sess.graph.as_default():
-        weighted = a3c.tf.gradients(worker.actor_loss + 0.25 * worker.critic_loss, [fc])[0]
-        unweighted = a3c.tf.gradients(worker.actor_loss + worker.critic_loss, [fc])[0]
+        weighted = sessions.tf.gradients(worker.actor_loss + 0.25 * worker.critic_loss, [fc])[0]
+        unweighted = sessions.tf.gradients(worker.actor_loss + worker.critic_loss, [fc])[0]
     want, raw = sess.run([weighted, unweighted], feed)
     norm = sess.run(worker.grad_norm, feed)
     got = sess.run(worker.clipped_grads[0][worker.params.index(fc)], feed)
@@ -262,7 +266,7 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert "ALE/Pong-v5: deterministic policy of the best checkpoint" in printed
     from PIL import Image  # installed with matplotlib
     with Image.open(os.path.join(run_dir, "episode.gif")) as gif:
-        side = 3 * a3c.frame_size(cfg)  # the agent's frames, enlarged 3x
+        side = 3 * environments.frame_size(cfg)  # the agent's frames, enlarged 3x
         low, high = gif.convert("L").getextrema()
         assert gif.size == (side, side) and high - low > 50, "a game's frames, not a blank"
     refused(["--eval", run_dir, "--render"], capsys, "cannot render in a window", "--record")
@@ -308,9 +312,9 @@ def test_trunk_probe_refuses_what_it_cannot_probe_and_writes_nothing(case, words
 
 def test_atari_envs_take_any_seed_the_config_allows():
     cfg = atari_config()
-    envs = a3c.make_envs(PONG, cfg, 2)
+    envs = environments.make_envs(PONG, cfg, 2)
     obs = envs.reset([2 ** 32 - 2, 2 ** 32 - 1])
-    assert obs.shape == (2, 4, a3c.frame_size(cfg), a3c.frame_size(cfg))
+    assert obs.shape == (2, 4, environments.frame_size(cfg), environments.frame_size(cfg))
     envs.close()
 
 
@@ -341,7 +345,7 @@ def test_the_trunk_uses_the_configured_activation_in_every_layer(activation):
     spec = pong_spec(cfg)
     sess, global_net, _ = build_session(spec, cfg)
     ops = [op.type for op in sess.graph.get_operations() if op.name.startswith("global/trunk/")]
-    convolutions = len(a3c.CNN_LAYERS[cfg.cnn][0])
+    convolutions = len(networks.CNN_LAYERS[cfg.cnn][0])
     assert ops.count({"relu": "Relu", "elu": "Elu"}[activation]) == convolutions + 1, "and the fc"
     assert ops.count({"relu": "Elu", "elu": "Relu"}[activation]) == 0
     sess.close()
@@ -354,12 +358,12 @@ def test_a_run_saved_before_trunk_activation_existed_is_read_as_the_relu_net_it_
     assert config_module.from_dict({**saved, "trunk_activation": "elu"}).trunk_activation == "elu"
     # what --resume and --eval read: a run folder's config.json without the field
     (tmp_path / "config.json").write_text(json.dumps({"env": PONG, "config": saved}))
-    env_id, cfg = a3c.read_run(str(tmp_path))
+    env_id, cfg = checkpoints.read_run(str(tmp_path))
     assert (env_id, cfg.trunk_activation) == (PONG, "relu")
 
 
 def test_every_trunk_activation_the_config_accepts_has_an_op():
-    assert set(a3c.TRUNK_ACTIVATION_OPS) == set(config_module.TRUNK_ACTIVATIONS)
+    assert set(networks.TRUNK_ACTIVATION_OPS) == set(config_module.TRUNK_ACTIVATIONS)
 
 
 def test_returns_bootstrap_from_the_cnn_values_of_exactly_the_rows_they_need():
@@ -423,7 +427,7 @@ def test_greedy_play_presses_fire_after_a_lost_life_where_the_game_needs_it():
     cfg = atari_config(max_episode_steps=4000)
 
     def noop_game(greedy):
-        envs = a3c.make_envs("ALE/Breakout-v5", cfg, 1, greedy=greedy)
+        envs = environments.make_envs("ALE/Breakout-v5", cfg, 1, greedy=greedy)
         try:
             envs.reset([3])
             for step in range(1, 4001):
@@ -436,7 +440,7 @@ def test_greedy_play_presses_fire_after_a_lost_life_where_the_game_needs_it():
     steps, lost_every_life = noop_game(greedy=True)
     assert lost_every_life and steps < 2000, steps
     assert noop_game(greedy=False) == (4000, False), "cut at the limit, the game still going"
-    pong = a3c.make_envs(PONG, cfg, 1, greedy=True)  # Pong has FIRE but no lives to lose
+    pong = environments.make_envs(PONG, cfg, 1, greedy=True)  # Pong has FIRE but no lives to lose
     try:
         pong.reset([3])
         for _ in range(200):
@@ -450,18 +454,18 @@ def test_the_best_agent_trials_play_breakout_with_fire_after_a_lost_life(tmp_pat
     """The trials ask for greedy envs (what the test above checks), training's workers do not."""
     breakout = "ALE/Breakout-v5"
     cfg = atari_config(best_trial_episodes=1)
-    probe = a3c.make_envs(breakout, cfg, 1)
-    spec = a3c.env_spec(probe, breakout)
+    probe = environments.make_envs(breakout, cfg, 1)
+    spec = environments.env_spec(probe, breakout)
     probe.close()
-    graph = a3c.tf.Graph()
+    graph = sessions.tf.Graph()
     with graph.as_default():
         global_net, _ = a3c.build_graph(spec, cfg)
-        checkpoints = a3c.Checkpoints(str(tmp_path), cfg, breakout, global_net, spec)
+        _, best = checkpoints_and_best(str(tmp_path), cfg, breakout, global_net, spec)
     try:
-        assert checkpoints.best.trial_envs.fire_after_life_loss
+        assert best.trial_envs.fire_after_life_loss
     finally:
-        checkpoints.best.close()
-    training = a3c.make_envs(breakout, cfg, 1)
+        best.close()
+    training = environments.make_envs(breakout, cfg, 1)
     try:
         assert not training.fire_after_life_loss
     finally:

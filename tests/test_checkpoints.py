@@ -13,7 +13,14 @@ from dataclasses import replace as dataclasses_replace
 from PIL import Image
 
 import a3c
+import best_agent
+import checkpoints
+import console
+import environments
+import runlog
+import sessions
 from envs import InterruptingEnv, RecordingEnv
+from graphs import checkpoints_and_best
 from test_training import read_rows, refused, run_cli, train
 
 
@@ -36,36 +43,36 @@ def trained_run(trained_run_and_console):
 def test_the_summary_names_the_best_checkpoint_written_at_the_end(trained_run_and_console):
     summary, console = trained_run_and_console
     assert summary["best_checkpoint"] == os.path.join(summary["run_dir"], "checkpoints", "best")
-    with open(os.path.join(summary["best_checkpoint"], a3c.BEST_INFO)) as f:
+    with open(os.path.join(summary["best_checkpoint"], best_agent.BEST_INFO)) as f:
         info = json.load(f)
     assert console.splitlines()[-2] == (
         f"best agent: deterministic return {info['score']:.1f} over 50 trial episodes, the net "
         f"of episode {info['episode']:,} (mean-100 {info['mean_100']:.1f}); its checkpoint "
         f"(what --eval plays) is in {summary['best_checkpoint']}")
-    rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+    rows = runlog.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
     assert info["episode"] >= 100 and info["trial_episodes"] == 50
     assert info["mean_100"] == pytest.approx(rows["running_return"][info["episode"] - 1], abs=1e-4)
     assert 8.0 <= info["score"] <= 500.0, "CartPole returns lie in [8, 500]"
-    assert a3c.latest_checkpoint(summary["best_checkpoint"]).endswith(info["checkpoint"])
+    assert checkpoints.latest_checkpoint(summary["best_checkpoint"]).endswith(info["checkpoint"])
 
 
 def test_the_best_checkpoint_plays_its_trial_score_again(trained_run):
     """What best/ holds is the very net that scored best.json's score in its trials."""
-    env_id, cfg = a3c.read_run(trained_run)
-    folder = os.path.join(trained_run, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER)
-    with open(os.path.join(folder, a3c.BEST_INFO)) as f:
+    env_id, cfg = checkpoints.read_run(trained_run)
+    folder = os.path.join(trained_run, checkpoints.CHECKPOINT_FOLDER, best_agent.BEST_FOLDER)
+    with open(os.path.join(folder, best_agent.BEST_INFO)) as f:
         info = json.load(f)
-    env = a3c.make_envs(env_id, cfg, 1)
-    spec = a3c.env_spec(env, env_id)
-    graph = a3c.tf.Graph()
+    env = environments.make_envs(env_id, cfg, 1)
+    spec = environments.env_spec(env, env_id)
+    graph = sessions.tf.Graph()
     with graph.as_default():
         net = a3c.ACNet("global", spec, cfg)
-        saver = a3c.v1.train.Saver(var_list=net.params)
-    with a3c.v1.Session(graph=graph) as sess:
-        saver.restore(sess, a3c.latest_checkpoint(folder))
-        greedy = a3c.GreedyPlayer(sess, net, 1, spec.obs_dtype)
-        returns, _ = a3c.run_greedy_episodes(env, greedy, info["trial_episodes"], False,
-                                             first_seed=a3c.TRIAL_SEED)
+        saver = sessions.v1.train.Saver(var_list=net.params)
+    with sessions.v1.Session(graph=graph) as sess:
+        saver.restore(sess, checkpoints.latest_checkpoint(folder))
+        greedy = best_agent.GreedyPlayer(sess, net, 1, spec.obs_dtype)
+        returns, _ = best_agent.run_greedy_episodes(env, greedy, info["trial_episodes"], False,
+                                             first_seed=best_agent.TRIAL_SEED)
     env.close()
     assert np.mean(returns) == pytest.approx(info["score"], rel=1e-6)
 
@@ -77,10 +84,10 @@ def test_a_short_run_says_it_has_no_best_checkpoint(tmp_path):
 
 
 def test_a_run_keeps_its_newest_checkpoints(trained_run):
-    folder = os.path.join(trained_run, a3c.CHECKPOINT_FOLDER)
+    folder = os.path.join(trained_run, checkpoints.CHECKPOINT_FOLDER)
     indexes = glob.glob(os.path.join(folder, "model-*.index"))
     assert 1 <= len(indexes) <= 2
-    latest = a3c.v1.train.latest_checkpoint(folder)
+    latest = sessions.v1.train.latest_checkpoint(folder)
     assert latest is not None and latest + ".index" in indexes
     assert latest.endswith("-12000") or int(latest.rsplit("-", 1)[1]) >= 12_000, "the final save"
 
@@ -102,7 +109,7 @@ def test_eval_plays_the_deterministic_policy_and_records_an_animation(trained_ru
         assert first_frame.shape == drawn.shape
         return (np.abs(first_frame - drawn).max(axis=-1) > 32).mean()
     # the first episode's seed: the frame the GIF starts with, its colours kept
-    assert differs(a3c.EVAL_SEED) < 1e-4 < differs(a3c.EVAL_SEED + 1)  # (0 and 1.8e-3 here)
+    assert differs(best_agent.EVAL_SEED) < 1e-4 < differs(best_agent.EVAL_SEED + 1)  # (0 and 1.8e-3 here)
     again = a3c.evaluate(trained_run, episodes=3)
     assert again["returns"] == a3c.evaluate(trained_run, episodes=3)["returns"], "deterministic"
 
@@ -112,7 +119,7 @@ def greedy_returns_from_the_checkpoint_by_hand(checkpoint, activation, episodes)
     import gymnasium as gym
 
     def weight(name):
-        return a3c.v1.train.load_variable(checkpoint, f"global/actor/{name}")
+        return sessions.v1.train.load_variable(checkpoint, f"global/actor/{name}")
     returns = []
     env = gym.make("CartPole-v1")
     for episode in range(episodes):
@@ -132,31 +139,31 @@ def greedy_returns_from_the_checkpoint_by_hand(checkpoint, activation, episodes)
 def test_eval_plays_exactly_the_policy_stored_in_the_checkpoint(trained_run):
     result = a3c.evaluate(trained_run, episodes=3)
     assert result["returns"] == greedy_returns_from_the_checkpoint_by_hand(
-        result["checkpoint"], a3c.read_run(trained_run)[1].hidden_activation, 3)
+        result["checkpoint"], checkpoints.read_run(trained_run)[1].hidden_activation, 3)
 
 
 def test_a_restore_brings_back_the_global_net_its_rmsprop_slots_and_the_step_count(trained_run):
-    env_id, cfg = a3c.read_run(trained_run)
-    spec = a3c.env_spec(a3c.make_env(env_id, cfg), env_id)
-    graph = a3c.tf.Graph()
+    env_id, cfg = checkpoints.read_run(trained_run)
+    spec = environments.env_spec(environments.make_env(env_id, cfg), env_id)
+    graph = sessions.tf.Graph()
     with graph.as_default():
         global_net, _ = a3c.build_graph(spec, cfg)
-        checkpoints = a3c.Checkpoints(trained_run, cfg, env_id, global_net, spec)
-        init = a3c.v1.global_variables_initializer()
-    sess = a3c.v1.Session(graph=graph)
+        saved, best = checkpoints_and_best(trained_run, cfg, env_id, global_net, spec)
+        init = sessions.v1.global_variables_initializer()
+    sess = sessions.v1.Session(graph=graph)
     sess.run(init)
-    latest = a3c.latest_checkpoint(checkpoints.folder)
-    names = [v.op.name for v in checkpoints.shared]
+    latest = checkpoints.latest_checkpoint(saved.folder)
+    names = [v.op.name for v in saved.shared]
     slots = [name for name in names if "RMSProp" in name]
     params = [name for name in names if name.startswith("global/") and name not in slots]
     assert len(params) == 8 and len(slots) == 2 * len(params), names  # mean square, momentum
-    fresh = dict(zip(names, sess.run(checkpoints.shared)))
-    assert checkpoints.restore(sess) == int(latest.rsplit("-", 1)[1])
-    restored = dict(zip(names, sess.run(checkpoints.shared)))
+    fresh = dict(zip(names, sess.run(saved.shared)))
+    assert saved.restore(sess) == int(latest.rsplit("-", 1)[1])
+    restored = dict(zip(names, sess.run(saved.shared)))
     sess.close()
-    checkpoints.best.close()
+    best.close()
     for name in names:
-        stored = a3c.v1.train.load_variable(latest, name)
+        stored = sessions.v1.train.load_variable(latest, name)
         assert np.array_equal(restored[name], stored), name
     assert all(not np.array_equal(fresh[n], restored[n]) for n in names if n.startswith("global/"))
 
@@ -185,13 +192,13 @@ def test_a_moved_run_folder_can_still_be_evaluated_and_resumed(tmp_path, capsys)
     assert a3c.main(["--eval", moved, "--episodes", "1"]) == 0
     assert a3c.main(["--resume", moved, "--max-episodes", "20", "--no-plot"]) == 0
     assert len(read_rows(moved)) == 21
-    with open(os.path.join(moved, a3c.CHECKPOINT_FOLDER, "checkpoint")) as f:
+    with open(os.path.join(moved, checkpoints.CHECKPOINT_FOLDER, "checkpoint")) as f:
         assert str(tmp_path) not in f.read(), "the index names its files relative to itself"
 
 
 def test_eval_refuses_a_corrupt_checkpoint(trained_run, tmp_path, capsys):
     run = copy_run(trained_run, tmp_path / "run")
-    for data in glob.glob(os.path.join(run, a3c.CHECKPOINT_FOLDER, "**", "*.data-*"), recursive=True):
+    for data in glob.glob(os.path.join(run, checkpoints.CHECKPOINT_FOLDER, "**", "*.data-*"), recursive=True):
         with open(data, "wb") as f:
             f.write(b"not a checkpoint")
     refused(["--eval", str(run)], capsys, "cannot restore")
@@ -269,7 +276,7 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, m
     assert len(read_rows(run_dir)) > 1  # the header and at least one episode
     if len(stop_signals) == 1:  # the second Ctrl-C skips the plot; the CSV is there either way
         assert os.path.exists(os.path.join(run_dir, "rewards.png"))
-        assert a3c.v1.train.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+        assert sessions.v1.train.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
 
 
 def test_a_hangup_is_handled_as_sigterm_is(capsys):
@@ -294,16 +301,16 @@ def test_a_hangup_is_handled_as_sigterm_is(capsys):
 def test_a_non_finite_gradient_stops_training_and_the_checkpoint_stays_finite(tmp_path):
     import numpy as np
 
-    with pytest.raises(a3c.WorkerError, match="non-finite loss or gradient at global env step"):
+    with pytest.raises(console.WorkerError, match="non-finite loss or gradient at global env step"):
         train("A3CTest/NaNReward-v0", tmp_path, max_steps=1_000_000, max_episodes=None)
     (run_dir,) = glob.glob(os.path.join(tmp_path, "A3CTest_NaNReward-v0", "*"))
-    checkpoint = a3c.v1.train.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    checkpoint = sessions.v1.train.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
     assert checkpoint is not None
-    names = [name for name, _ in a3c.v1.train.list_variables(checkpoint)]
+    names = [name for name, _ in sessions.v1.train.list_variables(checkpoint)]
     assert any(name.startswith("global/actor") for name in names)
     for name in names:
-        if name != a3c.ENV_ID_VARIABLE:
-            assert np.all(np.isfinite(a3c.v1.train.load_variable(checkpoint, name))), name
+        if name != checkpoints.ENV_ID_VARIABLE:
+            assert np.all(np.isfinite(sessions.v1.train.load_variable(checkpoint, name))), name
 
 
 def test_resume_continues_the_counters_the_csv_and_the_plot(tmp_path, capsys):
@@ -319,9 +326,9 @@ def test_resume_continues_the_counters_the_csv_and_the_plot(tmp_path, capsys):
     with open(os.path.join(run_dir, "config.json")) as f:
         saved = json.load(f)
     assert saved["config"]["max_episodes"] == 80 and len(saved["resumed"]) == 1
-    latest = a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    latest = checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
     assert int(latest.rsplit("-", 1)[1]) >= steps[-1]
-    assert len(a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))["episode"]) == 80
+    assert len(runlog.read_episodes(os.path.join(run_dir, "episodes.csv"))["episode"]) == 80
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -386,7 +393,7 @@ def test_a_resumed_part_draws_new_seeds_for_its_envs_and_graph(tmp_path, capsys)
     with open(os.path.join(summary["run_dir"], "config.json")) as f:
         saved = json.load(f)
     (resumed,) = saved["resumed"]
-    assert resumed["seed"] == a3c.part_seed(1, 1) != 1 and saved["config"]["seed"] == 1
+    assert resumed["seed"] == checkpoints.part_seed(1, 1) != 1 and saved["config"]["seed"] == 1
     assert resumed["seed"] * 1000 in second
 
 
@@ -414,11 +421,11 @@ def test_resume_continues_the_anneal_from_where_the_run_left_it(tmp_path, capsys
     saved["config"]["max_episodes"] = 80
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump(saved, f)
-    rows = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
-    steps = a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER)).rsplit("-", 1)[1]
+    rows = runlog.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    steps = checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER)).rsplit("-", 1)[1]
     steps = max(int(steps), int(rows["env_steps"][-1]))
-    saved_cfg = a3c.read_run(run_dir)[1]
-    used_of_80 = a3c.anneal_used(saved_cfg, 40, int(rows["length"].sum()), steps)
+    saved_cfg = checkpoints.read_run(run_dir)[1]
+    used_of_80 = runlog.anneal_used(saved_cfg, 40, int(rows["length"].sum()), steps)
     assert 0.4 < used_of_80 < 0.75 and saved_cfg.max_episodes == 80
     assert a3c.main(["--resume", run_dir, "--max-episodes", "160", "--no-plot"]) == 0
     assert f"learning rates at {1 - used_of_80:.0%} of their base" in capsys.readouterr().out
@@ -435,7 +442,7 @@ def test_the_worker_trains_at_the_annealed_rate_the_log_gives(tmp_path):
     cfg = dataclasses_replace(config_module.Config(), workers=1, envs_per_worker=2, n_steps=5,
                               actor_hidden=(8,), critic_hidden=(8,), max_episodes=6, anneal_lr=True)
     env_id = "A3CTest/Countdown-v0"
-    spec = a3c.env_spec(a3c.make_env(env_id, cfg), env_id)
+    spec = environments.env_spec(environments.make_env(env_id, cfg), env_id)
     moved = {}
     for fraction in (0.0, 1.0):
         sess, global_net, (net,) = build_session(spec, cfg)
@@ -443,11 +450,11 @@ def test_the_worker_trains_at_the_annealed_rate_the_log_gives(tmp_path):
         worker.prepare(sess, cfg.seed)
         params = global_net.actor_params + global_net.critic_params
         before = sess.run(params)
-        empty = {name: np.zeros(0) for name in a3c.EPISODE_COLUMNS}
-        history = a3c.RunHistory(empty, 0, a3c.AnnealStart(fraction, 0.0))
-        writer = a3c.v1.summary.FileWriter(str(tmp_path / str(fraction)))
-        log = a3c.EpisodeLog(str(tmp_path), cfg, writer, history)
-        worker.work(a3c.v1.train.Coordinator(), log)
+        empty = {name: np.zeros(0) for name in runlog.EPISODE_COLUMNS}
+        history = runlog.RunHistory(empty, 0, runlog.AnnealStart(fraction, 0.0))
+        writer = sessions.v1.summary.FileWriter(str(tmp_path / str(fraction)))
+        log = runlog.EpisodeLog(str(tmp_path), cfg, writer, history)
+        worker.work(sessions.v1.train.Coordinator(), log)
         moved[fraction] = any(not np.array_equal(b, a) for b, a in zip(before, sess.run(params)))
         log.close()
         writer.close()
@@ -518,7 +525,7 @@ class BreakingConsole:
             self.run_dir = text.rsplit("results in ", 1)[1].strip()
         if text.startswith("episodes"):
             self.lines += 1
-            folder = os.path.join(self.run_dir, a3c.CHECKPOINT_FOLDER)
+            folder = os.path.join(self.run_dir, checkpoints.CHECKPOINT_FOLDER)
             if self.lines == self.break_at:
                 os.rename(folder, folder + ".away")
                 open(folder, "w").close()
@@ -548,7 +555,7 @@ def test_a_failing_checkpoint_save_warns_and_training_goes_on(mend_at, tmp_path,
     if mend_at is None:
         assert "could not write the final checkpoint" in err
     else:
-        latest = a3c.latest_checkpoint(os.path.join(summary["run_dir"], a3c.CHECKPOINT_FOLDER))
+        latest = checkpoints.latest_checkpoint(os.path.join(summary["run_dir"], checkpoints.CHECKPOINT_FOLDER))
         assert int(latest.rsplit("-", 1)[1]) >= 10_000
 
 
@@ -570,11 +577,11 @@ def test_a_failing_driver_stops_and_joins_every_worker_before_closing_anything(t
     cfg = dataclasses.replace(config_module.config_for("CartPole-v1"), workers=3, envs_per_worker=2,
                               actor_hidden=(16,), critic_hidden=(16,), max_episodes=None,
                               max_steps=10**9, log_every_s=0.2)
-    with pytest.raises(a3c.WorkerError, match="the driver raised RuntimeError: the console broke"):
+    with pytest.raises(console.WorkerError, match="the driver raised RuntimeError: the console broke"):
         a3c.train("CartPole-v1", cfg, str(tmp_path), show_plot=False, out=FailingConsole())
     assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
-    assert a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    assert checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
     assert os.path.exists(os.path.join(run_dir, "rewards.png"))
 
 
@@ -591,7 +598,7 @@ def start_training_process(tmp_path, max_steps, **popen):
 
 def assert_trained_to(tmp_path, steps):
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
-    latest = a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    latest = checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
     assert int(latest.rsplit("-", 1)[1]) >= steps
     assert os.path.exists(os.path.join(run_dir, "rewards.png"))
 
@@ -642,22 +649,22 @@ def test_eval_refuses_to_record_an_env_that_draws_no_frames(tmp_path, capsys):
 def test_a_checkpoint_written_before_rmsprop_slots_were_saved_still_resumes(trained_run, tmp_path,
                                                                           capfd):
     run = copy_run(trained_run, tmp_path / "run")
-    folder = os.path.join(run, a3c.CHECKPOINT_FOLDER)
-    latest = a3c.latest_checkpoint(folder)
+    folder = os.path.join(run, checkpoints.CHECKPOINT_FOLDER)
+    latest = checkpoints.latest_checkpoint(folder)
     steps = int(latest.rsplit("-", 1)[1])
-    with a3c.tf.Graph().as_default():  # the same checkpoint as an older version wrote it
-        kept = [a3c.v1.Variable(a3c.v1.train.load_variable(latest, name), name=name)
-                for name, _ in a3c.v1.train.list_variables(latest) if "RMSProp" not in name]
-        with a3c.v1.Session() as sess:
-            sess.run(a3c.v1.global_variables_initializer())
+    with sessions.tf.Graph().as_default():  # the same checkpoint as an older version wrote it
+        kept = [sessions.v1.Variable(sessions.v1.train.load_variable(latest, name), name=name)
+                for name, _ in sessions.v1.train.list_variables(latest) if "RMSProp" not in name]
+        with sessions.v1.Session() as sess:
+            sess.run(sessions.v1.global_variables_initializer())
             for old in glob.glob(os.path.join(folder, "*")):
                 if os.path.isfile(old):
                     os.remove(old)
-            a3c.v1.train.Saver(kept).save(sess, os.path.join(folder, "model"), global_step=steps)
+            sessions.v1.train.Saver(kept).save(sess, os.path.join(folder, "model"), global_step=steps)
     assert a3c.main(["--resume", str(run), "--max-steps", str(steps + 2000), "--no-plot"]) == 0
     assert "holds no RMSProp averages" in capfd.readouterr().err
-    resumed = a3c.latest_checkpoint(folder)
-    assert any("RMSProp" in name for name, _ in a3c.v1.train.list_variables(resumed))
+    resumed = checkpoints.latest_checkpoint(folder)
+    assert any("RMSProp" in name for name, _ in sessions.v1.train.list_variables(resumed))
 
 
 def best_agent_fixture(tmp_path, **overrides):
@@ -669,17 +676,17 @@ def best_agent_fixture(tmp_path, **overrides):
                     max_steps=10**9, best_trial_episodes=3)
     cfg = config_module.Config(**{**settings, **overrides})
     env_id = "A3CTest/PickOne-v0"
-    spec = a3c.env_spec(a3c.make_env(env_id, cfg), env_id)
-    graph = a3c.tf.Graph()
+    spec = environments.env_spec(environments.make_env(env_id, cfg), env_id)
+    graph = sessions.tf.Graph()
     with graph.as_default():
         global_net, _ = a3c.build_graph(spec, cfg)
-        checkpoints = a3c.Checkpoints(str(tmp_path), cfg, env_id, global_net, spec)
-        init = a3c.v1.global_variables_initializer()
-    sess = a3c.v1.Session(graph=graph)
+        _, best = checkpoints_and_best(str(tmp_path), cfg, env_id, global_net, spec)
+        init = sessions.v1.global_variables_initializer()
+    sess = sessions.v1.Session(graph=graph)
     sess.run(init)
-    checkpoints.best.prepare(sess)
-    writer = a3c.v1.summary.FileWriter(str(tmp_path / "events"))
-    log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
+    best.prepare(sess)
+    writer = sessions.v1.summary.FileWriter(str(tmp_path / "events"))
+    log = runlog.EpisodeLog(str(tmp_path), cfg, writer)
     (bias,) = [v for v in global_net.actor_params if v.op.name == "global/actor/logits/b"]
 
     def prefer(action):  # the deterministic policy picks `action` in every state
@@ -691,18 +698,18 @@ def best_agent_fixture(tmp_path, **overrides):
             log.record(0, episode_return, 10, 0.0, 0.0)
 
     def on_disk():
-        path = a3c.latest_checkpoint(checkpoints.best.folder)
-        with open(os.path.join(checkpoints.best.folder, a3c.BEST_INFO)) as f:
+        path = checkpoints.latest_checkpoint(best.folder)
+        with open(os.path.join(best.folder, best_agent.BEST_INFO)) as f:
             info = json.load(f)
         assert info["checkpoint"] == os.path.basename(path)
-        return info, a3c.v1.train.load_variable(path, bias.op.name)
+        return info, sessions.v1.train.load_variable(path, bias.op.name)
 
     def close():
-        checkpoints.best.close()
+        best.close()
         log.close()
         writer.close()
         sess.close()
-    return checkpoints.best, sess, log, prefer, play, on_disk, close
+    return best, sess, log, prefer, play, on_disk, close
 
 
 def never():
@@ -769,7 +776,7 @@ def test_trials_are_paid_for_in_cpu_time_summed_over_the_run_not_in_wall_time():
     the next trial may start once the process has used ten times that since the schedule
     began, not after ten times its wall time (longer than a whole Pendulum run)."""
     cpu = [0.0]
-    schedule = a3c.TrialSchedule(min_interval_s=1.0, workers=8, cpu_share=0.1,
+    schedule = best_agent.TrialSchedule(min_interval_s=1.0, workers=8, cpu_share=0.1,
                                  cpu_clock=lambda: cpu[0])
     assert schedule.allows(now=100.0), "the first trial needs no budget"
     schedule.paid(started=100.0, own_cpu_s=0.25, process_cpu_s=2.0)
@@ -789,7 +796,7 @@ def test_trials_are_paid_for_in_cpu_time_summed_over_the_run_not_in_wall_time():
 
 def test_the_credit_a_plateau_saves_up_buys_two_dear_trials_not_a_long_burst():
     cpu = [0.0]
-    schedule = a3c.TrialSchedule(min_interval_s=0.0, workers=8, cpu_share=0.1,
+    schedule = best_agent.TrialSchedule(min_interval_s=0.0, workers=8, cpu_share=0.1,
                                  cpu_clock=lambda: cpu[0])
     assert schedule.allows(now=0.0)
     schedule.paid(started=0.0, own_cpu_s=2.0, process_cpu_s=2.0)  # the dearest trial: 2 s
@@ -806,10 +813,10 @@ def test_the_trial_thread_pays_its_own_cpu_time_and_the_process_share_it_played_
     over the trial, the latter larger while another thread computes beside it."""
     best, sess, log, prefer, play, on_disk, close = best_agent_fixture(
         tmp_path, best_trial_episodes=3000)
-    coord = a3c.v1.train.Coordinator()
+    coord = sessions.v1.train.Coordinator()
     paid = []
 
-    class Recording(a3c.TrialSchedule):
+    class Recording(best_agent.TrialSchedule):
         def paid(self, started, own_cpu_s, process_cpu_s):
             paid.append((started, own_cpu_s, process_cpu_s))
             coord.request_stop()
@@ -838,10 +845,10 @@ def test_the_trial_thread_pays_its_own_cpu_time_and_the_process_share_it_played_
 
 def test_a_candidate_waits_while_the_schedule_says_no_and_is_tried_once_it_says_yes(tmp_path):
     best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
-    coord = a3c.v1.train.Coordinator()
+    coord = sessions.v1.train.Coordinator()
     open_now, tried = threading.Event(), []
 
-    class Gate(a3c.TrialSchedule):
+    class Gate(best_agent.TrialSchedule):
         def allows(self, now):
             return open_now.is_set()
 
@@ -896,7 +903,7 @@ def test_the_candidate_is_copied_only_between_sync_rounds(tmp_path):
         best.copy_lock = rounds.condition
         prefer(1)
         play([1.0] * 100)
-        worker = threading.Thread(target=rounds.join, args=(a3c.v1.train.Coordinator(), 1.0))
+        worker = threading.Thread(target=rounds.join, args=(sessions.v1.train.Coordinator(), 1.0))
         worker.start()
         assert applying.wait(10)
         assert not best.take_if_risen(sess, log, wait_s=0.2) and best.pending is None
@@ -922,7 +929,7 @@ def test_a_resumed_best_scored_another_way_is_scored_again(tmp_path):
     # as an earlier version wrote it: no trial score, only the mean-100 (here below the score)
     old = {k: info[k] for k in ("mean_100", "episode", "env_steps", "checkpoint")}
     old["mean_100"] = 0.25
-    with open(os.path.join(best.folder, a3c.BEST_INFO), "w") as f:
+    with open(os.path.join(best.folder, best_agent.BEST_INFO), "w") as f:
         json.dump(old, f)
     resumed, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
     assert resumed.best_score == 1.0, "played again, not taken as its mean-100"
@@ -966,7 +973,7 @@ def test_without_trials_the_best_is_the_net_at_the_best_mean_100(tmp_path):
     info, stored_bias = on_disk()
     assert info["score"] == info["mean_100"] == pytest.approx(1.08) and info["episode"] == 101
     np.testing.assert_array_equal(stored_bias, [5.0, 0.0])
-    assert a3c.describe_best(info) == "best mean-100 1.1 at episode 101"
+    assert best_agent.describe_best(info) == "best mean-100 1.1 at episode 101"
     close()
 
 
@@ -974,24 +981,24 @@ def test_without_trials_the_best_is_the_net_at_the_best_mean_100(tmp_path):
 def test_eval_of_a_run_without_a_readable_best_checkpoint_plays_its_latest(best_folder, trained_run,
                                                                            tmp_path, capsys):
     run = copy_run(trained_run, tmp_path / "run")
-    folder = os.path.join(run, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER)
+    folder = os.path.join(run, checkpoints.CHECKPOINT_FOLDER, best_agent.BEST_FOLDER)
     shutil.rmtree(folder)
     if best_folder == "empty":  # a first best write cut short by kill -9 or a full disk
         os.makedirs(folder)
     assert a3c.main(["--eval", str(run), "--episodes", "1"]) == 0
     out = capsys.readouterr().out
     assert "the latest checkpoint (the run has no best one)" in out
-    assert a3c.latest_checkpoint(os.path.join(run, a3c.CHECKPOINT_FOLDER)) in out
+    assert checkpoints.latest_checkpoint(os.path.join(run, checkpoints.CHECKPOINT_FOLDER)) in out
 
 
 def test_a_run_with_full_windows_but_no_best_checkpoint_says_why(tmp_path):
     import config as config_module
     cfg = config_module.Config(max_episodes=None, max_steps=10**9)
-    writer = a3c.v1.summary.FileWriter(str(tmp_path))
-    log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
+    writer = sessions.v1.summary.FileWriter(str(tmp_path))
+    log = runlog.EpisodeLog(str(tmp_path), cfg, writer)
     for _ in range(100):
         log.record(0, 1.0, 1, 0.0, 0.0)
-    best = a3c.BestCheckpoint.__new__(a3c.BestCheckpoint)  # what __init__ finds in an empty folder
+    best = best_agent.BestCheckpoint.__new__(best_agent.BestCheckpoint)  # what __init__ finds in an empty folder
     best.folder, best.on_disk = str(tmp_path / "best"), None
     assert best.describe(log).startswith("no best checkpoint: none could be written")
     log.close()
@@ -999,21 +1006,21 @@ def test_a_run_with_full_windows_but_no_best_checkpoint_says_why(tmp_path):
 
 
 def test_eval_plays_the_best_checkpoint_unless_told_otherwise(trained_run, capsys):
-    best_folder = os.path.join(trained_run, a3c.CHECKPOINT_FOLDER, a3c.BEST_FOLDER)
-    with open(os.path.join(best_folder, a3c.BEST_INFO)) as f:
+    best_folder = os.path.join(trained_run, checkpoints.CHECKPOINT_FOLDER, best_agent.BEST_FOLDER)
+    with open(os.path.join(best_folder, best_agent.BEST_INFO)) as f:
         info = json.load(f)
     assert a3c.main(["--eval", trained_run, "--episodes", "1"]) == 0
     out = capsys.readouterr().out
     assert f"the best checkpoint (deterministic return {info['score']:.1f} over 50 trial" in out
-    assert a3c.latest_checkpoint(best_folder) in out
+    assert checkpoints.latest_checkpoint(best_folder) in out
     assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", "latest"]) == 0
     out = capsys.readouterr().out
-    latest = a3c.latest_checkpoint(os.path.join(trained_run, a3c.CHECKPOINT_FOLDER))
+    latest = checkpoints.latest_checkpoint(os.path.join(trained_run, checkpoints.CHECKPOINT_FOLDER))
     assert "the latest checkpoint" in out and latest in out
     assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", latest]) == 0
     assert latest in capsys.readouterr().out
     assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", best_folder]) == 0
-    assert a3c.latest_checkpoint(best_folder) in capsys.readouterr().out
+    assert checkpoints.latest_checkpoint(best_folder) in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -13,6 +13,10 @@ import pytest
 import tensorflow as tf
 
 import a3c
+import checkpoints
+import console
+import runlog
+import sessions
 import cluster
 from test_training import refused
 
@@ -69,7 +73,7 @@ def csv_rows(results):
     if not paths:
         return None
     try:
-        return a3c.read_episodes(paths[0]), os.path.dirname(paths[0])
+        return runlog.read_episodes(paths[0]), os.path.dirname(paths[0])
     except (KeyError, ValueError):  # a row being written
         return None
 
@@ -138,16 +142,16 @@ def stopped_run(tmp_path_factory):
 def test_ctrl_c_on_a_local_cluster_stops_every_process_and_keeps_a_checkpoint(stopped_run):
     assert stopped_run["code"] == 130, stopped_run["stderr"]
     assert stopped_run["left"] == [], "no process of the cluster outlives its launcher"
-    assert a3c.latest_checkpoint(os.path.join(stopped_run["run_dir"], "checkpoints"))
+    assert checkpoints.latest_checkpoint(os.path.join(stopped_run["run_dir"], "checkpoints"))
     assert "stopping the cluster (SIGINT)" in stopped_run["stderr"]
     assert re.search(r"^interrupted: episodes", stopped_run["stdout"], re.M), "the chief's summary"
 
 
 def test_both_processes_episodes_land_in_the_chiefs_csv_and_global_counters(stopped_run):
-    rows = a3c.read_episodes(os.path.join(stopped_run["run_dir"], "episodes.csv"))
+    rows = runlog.read_episodes(os.path.join(stopped_run["run_dir"], "episodes.csv"))
     assert set(rows["process"]) == {0, 1}
     assert list(rows["episode"]) == list(range(1, len(rows["episode"]) + 1))
-    checkpoint = a3c.latest_checkpoint(os.path.join(stopped_run["run_dir"], "checkpoints"))
+    checkpoint = checkpoints.latest_checkpoint(os.path.join(stopped_run["run_dir"], "checkpoints"))
     final_steps = int(checkpoint.rsplit("-", 1)[1])
     # the ps's counter took both processes' steps: more than the chief's own episodes and its
     # 8 envs' unfinished ones could hold
@@ -168,7 +172,7 @@ def test_killing_a_worker_process_leaves_the_others_training(stopped_run):
 def test_a_worker_process_started_again_with_the_same_command_rejoins(stopped_run):
     assert "joined the run" in stopped_run["again"]
     assert "worker process 1 pushes again" in stopped_run["stdout"]
-    rows = a3c.read_episodes(os.path.join(stopped_run["run_dir"], "episodes.csv"))
+    rows = runlog.read_episodes(os.path.join(stopped_run["run_dir"], "episodes.csv"))
     assert (rows["process"][rows["wall_s"] > stopped_run["rejoined_at"]] == 1).any()
     assert stopped_run["again_code"] == 0, "it stops when the chief ends the run"
 
@@ -281,8 +285,8 @@ def test_a_cluster_run_resumes_from_the_chiefs_checkpoint_with_its_counters(chie
     """The killed chief's run, resumed on a new cluster of the same shape (a ps process; the
     chief in this process, worker process 1 not started)."""
     run_dir = chief_killed["run_dir"]
-    before = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
-    checkpoint = a3c.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    before = runlog.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    checkpoint = checkpoints.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
     steps_before = int(checkpoint.rsplit("-", 1)[1])
     assert steps_before > before["length"][before["process"] == 0].sum(), "both processes' steps"
     # it goes on from the checkpoint's count, or the CSV's if it recorded episodes after that
@@ -302,7 +306,7 @@ def test_a_cluster_run_resumes_from_the_chiefs_checkpoint_with_its_counters(chie
     console = capsys.readouterr()
     assert code == 0, console.err
     assert f"resumed at {resumed_at:,} env steps" in console.out
-    after = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    after = runlog.read_episodes(os.path.join(run_dir, "episodes.csv"))
     # every episode of the budget, the last rollout's too (the chief sends its own last rows)
     assert len(after["episode"]) == len(before["episode"]) + 48
     new = after["env_steps"][len(before["episode"]):]
@@ -317,7 +321,7 @@ def test_an_error_from_the_ps_is_told_in_one_readable_line():
     and all: the one line a worker's error is told in is the message, cut short."""
     exc = tf.errors.AbortedError(None, None, "From /job:ps/replica:0/task:0:\nThe same RunGraph "
                                  "(Worker) request was received twice. " + "send { tensor } " * 200)
-    line = a3c.first_line(exc)
+    line = console.first_line(exc)
     assert line.startswith("The same RunGraph (Worker) request was received twice.")
     assert len(line) <= 304 and line.endswith(" ...")
 
@@ -396,7 +400,7 @@ def test_a_call_the_ps_refuses_as_a_repeat_is_sent_again_and_applied_once(throug
     messages, tries = refusals
     sess, add, counter = ps_counter(ps_specs[1])
     try:
-        call = a3c.session_callable(sess, [add], []) if through == "callable" else lambda: sess.run(add)
+        call = sessions.session_callable(sess, [add], []) if through == "callable" else lambda: sess.run(add)
         tries.clear()
         messages.append(REPEAT)
         call()
@@ -424,7 +428,7 @@ def test_only_a_refused_call_that_ran_nothing_is_sent_again(ps_tasks, one_task, 
     messages, tries = refusals
     sess, add, counter = ps_counter(ps_specs[ps_tasks], one_task)
     try:
-        call = a3c.session_callable(sess, [add], [])
+        call = sessions.session_callable(sess, [add], [])
         messages.append(message)
         if sent_again:
             call()

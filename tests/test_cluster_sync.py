@@ -12,6 +12,11 @@ import pytest
 import tensorflow as tf
 
 import a3c
+import checkpoints
+import environments
+import networks
+import remote
+import runlog
 import cluster
 import config as config_module
 from graphs import build_session
@@ -34,16 +39,14 @@ def sync_cluster(**fields):
         for task, workers in enumerate((2, 3)):
             cfg = dataclasses.replace(config_module.config_for("Pendulum-v1", sync=True),
                                       workers=workers, actor_hidden=(8,), critic_hidden=(8,), **fields)
-            env_spec = a3c.probe_spec("Pendulum-v1", cfg)
+            env_spec = environments.probe_spec("Pendulum-v1", cfg)
             place = cluster.Cluster(spec, "worker", task)
             servers.append(cluster.start_server(tf, place))
-            sess, global_net, nets = build_session(env_spec, cfg)
-            with sess.graph.as_default():
-                global_net.fed = global_net.feedable_params()
-            remote = a3c.RemoteGlobal(env_spec, cfg, place, servers[-1])
-            remote.log = a3c.ClusterLog(cfg, task, (0, 0, 0), a3c.AnnealStart())
-            processes.append(dict(sess=sess, global_net=global_net, nets=nets, remote=remote,
-                                  cfg=cfg, spec=env_spec, round=remote.round_for(
+            sess, global_net, nets = build_session(env_spec, cfg, cluster=True)
+            on_ps = remote.RemoteGlobal(a3c.ACNet, env_spec, cfg, place, servers[-1])
+            on_ps.log = remote.ClusterLog(cfg, task, (0, 0, 0), runlog.AnnealStart())
+            processes.append(dict(sess=sess, global_net=global_net, nets=nets, remote=on_ps,
+                                  cfg=cfg, spec=env_spec, round=on_ps.round_for(
                                       sess, global_net, workers, chief=task == 0)))
     chief = processes[0]["remote"]
     with chief.graph.as_default():
@@ -110,7 +113,7 @@ def test_a_clusters_sync_round_applies_every_workers_mean_clipped_once_and_every
     rng = np.random.default_rng(5)
     chief = processes[0]["remote"]
     cfg, spec = processes[0]["cfg"], processes[0]["spec"]
-    rates = a3c.learning_rates(cfg, spec)
+    rates = networks.learning_rates(cfg, spec)
     mean_square = None
     # the first round's mean is under the clip, the second's over it (clipped as one batch's,
     # not process by process); the second's update is its own gradients' only (sums zeroed)
@@ -133,7 +136,7 @@ def test_a_clusters_sync_round_applies_every_workers_mean_clipped_once_and_every
                 mean_square[group][j] = (cfg.rmsprop_decay * mean_square[group][j]
                                          + (1 - cfg.rmsprop_decay) * g ** 2)
                 steps.append(0.5 * rate * g / np.sqrt(mean_square[group][j] + cfg.rmsprop_epsilon))
-        groups = a3c.optimizer_groups(chief.net, spec, cfg)
+        groups = networks.optimizer_groups(chief.net, spec, cfg)
         by_name = dict(zip([p.name for group in groups for p in group], steps))
         for p, old, new in zip(chief.net.params, before, after):
             np.testing.assert_allclose(new, old - by_name[p.name], rtol=1e-4, atol=1e-6)
@@ -219,21 +222,23 @@ def sync_worker_lost(tmp_path_factory):
 def test_a_lost_worker_process_ends_a_sync_cluster_run_with_its_checkpoint(sync_worker_lost):
     run = sync_worker_lost
     assert run["code"] == 1, run["stderr"]
-    assert "synchronous updates (A2C); the chief of a cluster" in run["stdout"].splitlines()[0]
+    preset, training = run["stdout"].splitlines()[:2]  # the chief's: it set the run up
+    assert preset == config_module.describe_preset("Pendulum-v1", sync=True)
+    assert "synchronous updates (A2C); the chief of a cluster" in training
     assert "the synchronous rounds need it: the chief stops the run" in run["stderr"]
     assert re.search(r"worker process 1 has sent no gradients for \d+ s", run["stderr"])
     assert "--resume RUN_DIR" in run["stderr"]
     # a round left waiting would hold the stop for the workers' 30 s of grace and more
     assert run["took"] < cluster.WORKER_SILENCE_S + 20, "no round is left waiting"
     assert run["left"] == [], "no process of the cluster outlives its launcher"
-    assert a3c.latest_checkpoint(os.path.join(run["run_dir"], "checkpoints"))
+    assert checkpoints.latest_checkpoint(os.path.join(run["run_dir"], "checkpoints"))
 
 
 def test_a_sync_cluster_run_resumes_and_ends_at_its_budget_with_both_processes(
         sync_worker_lost, tmp_path):
     run_dir = sync_worker_lost["run_dir"]
-    before = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
-    resumed_at = int(a3c.latest_checkpoint(os.path.join(run_dir, "checkpoints")).rsplit("-", 1)[1])
+    before = runlog.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    resumed_at = int(checkpoints.latest_checkpoint(os.path.join(run_dir, "checkpoints")).rsplit("-", 1)[1])
     budget = resumed_at + 4_000
     proc = launch(["--resume", run_dir, "--cluster", "local:2", "--no-plot", "--max-episodes", "0",
                    "--max-steps", str(budget)], str(tmp_path))
@@ -242,9 +247,9 @@ def test_a_sync_cluster_run_resumes_and_ends_at_its_budget_with_both_processes(
     assert code == 0, stderr
     assert "synchronous updates (A2C)" in stdout.splitlines()[0] and "resumed at" in stdout
     assert "no gradients" not in stderr, "the budget ends every process's rounds together"
-    after = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    after = runlog.read_episodes(os.path.join(run_dir, "episodes.csv"))
     assert set(after["process"][len(before["episode"]):]) == {0, 1}
-    final = int(a3c.latest_checkpoint(os.path.join(run_dir, "checkpoints")).rsplit("-", 1)[1])
+    final = int(checkpoints.latest_checkpoint(os.path.join(run_dir, "checkpoints")).rsplit("-", 1)[1])
     assert budget <= final <= budget + 2 * 2 * 2 * 200, "a round or two past it at most"
     assert processes_mentioning(run_dir) == []
 
@@ -255,10 +260,10 @@ def test_only_the_chief_ends_a_sync_cluster_run_at_its_budget():
     cfg = dataclasses.replace(config_module.config_for("Pendulum-v1", sync=True), max_steps=1000,
                               max_episodes=None)
     past_it = (5000, 20, 4000)
-    assert a3c.ClusterLog(cfg, 0, past_it, a3c.AnnealStart()).budget_used() >= 1.0
-    assert a3c.ClusterLog(cfg, 1, past_it, a3c.AnnealStart()).budget_used() == 0.0
+    assert remote.ClusterLog(cfg, 0, past_it, runlog.AnnealStart()).budget_used() >= 1.0
+    assert remote.ClusterLog(cfg, 1, past_it, runlog.AnnealStart()).budget_used() == 0.0
     unsynced = dataclasses.replace(cfg, sync_updates=False)
-    assert a3c.ClusterLog(unsynced, 1, past_it, a3c.AnnealStart()).budget_used() >= 1.0
+    assert remote.ClusterLog(unsynced, 1, past_it, runlog.AnnealStart()).budget_used() >= 1.0
 
 
 def test_a_cluster_run_that_cannot_go_on_is_refused_before_any_process_starts(sync_worker_lost,
@@ -275,14 +280,14 @@ def test_ctrl_c_stops_a_sync_cluster_run_with_every_process_and_a_checkpoint(syn
     """Ctrl-C on local:N's launcher: each worker process gets SIGTERM and leaves its round (the
     chief's stop releases the others, each process's own releases itself)."""
     run_dir = sync_worker_lost["run_dir"]
-    before = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    before = runlog.read_episodes(os.path.join(run_dir, "episodes.csv"))
     # (at the base rates: an earlier test may have annealed them to 0 at its budget)
     proc = launch(["--resume", run_dir, "--cluster", "local:2", "--no-plot", "--max-episodes", "0",
                    "--max-steps", "100000000", "--set", "anneal_lr=false"], str(tmp_path))
     try:
         def both_played_again():
             assert proc.poll() is None, output(tmp_path, "stderr")
-            rows = a3c.read_episodes(os.path.join(run_dir, "episodes.csv"))
+            rows = runlog.read_episodes(os.path.join(run_dir, "episodes.csv"))
             return set(rows["process"][len(before["episode"]):]) == {0, 1}
         wait_for(both_played_again, 150, "episodes of both processes after the resume")
         code, took = ended_after(proc, lambda: proc.send_signal(signal.SIGINT))

@@ -9,6 +9,10 @@ import pytest
 import tensorflow as tf
 
 import a3c
+import checkpoints
+import environments
+import networks
+import sessions
 import config as config_module
 import cpus
 from config import Config
@@ -68,11 +72,11 @@ def test_n_step_returns_keep_environments_apart():
 
 def box_spec(low, high, obs_dim=4):
     low, high = np.array(low, np.float32), np.array(high, np.float32)
-    return a3c.EnvSpec("test", obs_dim, False, len(low), low, high)
+    return environments.EnvSpec("test", obs_dim, False, len(low), low, high)
 
 
 def discrete_spec(n, obs_dim=4):
-    return a3c.EnvSpec("test", obs_dim, True, n, None, None)
+    return environments.EnvSpec("test", obs_dim, True, n, None, None)
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
@@ -89,15 +93,15 @@ def test_a_run_saved_before_hidden_activation_existed_is_read_as_the_relu_net_it
     saved = dataclasses.asdict(config_module.config_for("CartPole-v1"))
     assert saved.pop("hidden_activation") == "tanh", "today's preset"
     (tmp_path / "config.json").write_text(json.dumps({"env": "CartPole-v1", "config": saved}))
-    env_id, cfg = a3c.read_run(str(tmp_path))  # what --resume and --eval read
+    env_id, cfg = checkpoints.read_run(str(tmp_path))  # what --resume and --eval read
     assert (env_id, cfg.hidden_activation) == ("CartPole-v1", "relu")
     saved["hidden_activation"] = "tanh"
     (tmp_path / "config.json").write_text(json.dumps({"env": "CartPole-v1", "config": saved}))
-    assert a3c.read_run(str(tmp_path))[1].hidden_activation == "tanh"
+    assert checkpoints.read_run(str(tmp_path))[1].hidden_activation == "tanh"
 
 
 def test_every_hidden_activation_the_config_accepts_has_an_op():
-    assert set(a3c.HIDDEN_ACTIVATION_OPS) == set(config_module.HIDDEN_ACTIVATIONS)
+    assert set(networks.HIDDEN_ACTIVATION_OPS) == set(config_module.HIDDEN_ACTIVATIONS)
 
 
 def test_gaussian_log_prob_and_entropy_match_closed_form():
@@ -108,7 +112,7 @@ def test_gaussian_log_prob_and_entropy_match_closed_form():
 
     def build():
         x = tf.constant(obs)
-        policy = a3c.build_actor(x, spec, Config())
+        policy = networks.build_actor(x, spec, Config())
         return policy.mean, policy.sigma, policy.log_prob(tf.constant(actions)), policy.entropy
 
     mean, sigma, log_prob, entropy = evaluate(build)
@@ -127,7 +131,7 @@ def test_softmax_log_prob_and_entropy_match_closed_form():
     actions = rng.integers(0, 3, size=5).astype(np.int32)
 
     def build():
-        policy = a3c.build_actor(tf.constant(obs), discrete_spec(3), Config(actor_hidden=(16,)))
+        policy = networks.build_actor(tf.constant(obs), discrete_spec(3), Config(actor_hidden=(16,)))
         return policy.logits, policy.log_prob(tf.constant(actions)), policy.entropy
 
     logits, log_prob, entropy = evaluate(build)
@@ -143,7 +147,7 @@ def test_sampled_actions_stay_within_asymmetric_multidimensional_bounds():
 
     def build():
         # a wide sigma floor, so that most raw samples fall outside the bounds
-        policy = a3c.build_actor(tf.constant(obs), spec, Config(sigma_floor=2.0, initial_sigma=3.0))
+        policy = networks.build_actor(tf.constant(obs), spec, Config(sigma_floor=2.0, initial_sigma=3.0))
         return policy.sample, policy.env_action, policy.greedy_action
 
     sample, env_action, greedy = evaluate(build)
@@ -243,8 +247,8 @@ def test_gradients_are_clipped_to_the_configured_global_norm():
 
 def test_learning_rates_are_divided_by_sqrt_workers_when_asked():
     cfg = Config(workers=4, actor_lr=0.1, critic_lr=0.2, scale_lr_with_workers=True)
-    assert a3c.learning_rates(cfg) == pytest.approx((0.05, 0.1))
-    assert a3c.learning_rates(dataclasses.replace(cfg, scale_lr_with_workers=False)) == (0.1, 0.2)
+    assert networks.learning_rates(cfg) == pytest.approx((0.05, 0.1))
+    assert networks.learning_rates(dataclasses.replace(cfg, scale_lr_with_workers=False)) == (0.1, 0.2)
 
 
 @pytest.mark.parametrize("scale_with_workers, lr_fraction", [(False, 1.0), (True, 0.25)],
@@ -264,7 +268,7 @@ def test_a_push_moves_the_global_net_by_the_learning_rate_in_force(scale_with_wo
     before = sess.run(params)
     sess.run(worker.push, {**feed, worker.lr_fraction: lr_fraction})
     after = sess.run(params)
-    actor_lr, critic_lr = a3c.learning_rates(cfg)
+    actor_lr, critic_lr = networks.learning_rates(cfg)
     rates = [actor_lr] * len(actor_grads) + [critic_lr] * len(critic_grads)
     largest = 0.0
     for b, a, g, lr in zip(before, after, actor_grads + critic_grads, rates):
@@ -278,11 +282,11 @@ def test_a_push_moves_the_global_net_by_the_learning_rate_in_force(scale_with_wo
 
 
 def test_softmax_env_actions_start_where_the_action_space_starts():
-    spec = a3c.EnvSpec("test", 4, True, 3, None, None, action_start=-1)
+    spec = environments.EnvSpec("test", 4, True, 3, None, None, action_start=-1)
     obs = np.random.default_rng(8).normal(size=(2000, 4)).astype(np.float32) * 50
 
     def build():
-        policy = a3c.build_actor(tf.constant(obs), spec, Config(actor_hidden=(16,)))
+        policy = networks.build_actor(tf.constant(obs), spec, Config(actor_hidden=(16,)))
         return policy.sample, policy.env_action, policy.greedy_action, policy.logits
 
     sample, env_action, greedy, logits = evaluate(build)
@@ -296,9 +300,9 @@ def test_a_state_dependent_sigma_depends_on_the_state():
     obs = np.random.default_rng(9).normal(size=(50, 4)).astype(np.float32) * 100
 
     def build():
-        state = a3c.build_actor(tf.constant(obs), spec, Config(sigma_from_state=True))
+        state = networks.build_actor(tf.constant(obs), spec, Config(sigma_from_state=True))
         with v1.variable_scope("shared"):
-            shared = a3c.build_actor(tf.constant(obs), spec, Config(sigma_from_state=False))
+            shared = networks.build_actor(tf.constant(obs), spec, Config(sigma_from_state=False))
         return state.sigma, shared.sigma
 
     state_sigma, shared_sigma = evaluate(build)
@@ -352,8 +356,8 @@ def test_session_callables_return_what_session_run_returns_and_run_their_operati
     values = np.arange(6, dtype=np.float32).reshape(3, 2)
     expected = sess.run([doubled, shifted], {x: values, k: 5})
 
-    fast = a3c.session_callable(sess, [doubled, bump, shifted], [x, k])
-    slow = a3c.session_callable(SessionWithoutCppCallables(sess), [doubled, bump, shifted], [x, k])
+    fast = sessions.session_callable(sess, [doubled, bump, shifted], [x, k])
+    slow = sessions.session_callable(SessionWithoutCppCallables(sess), [doubled, bump, shifted], [x, k])
     assert type(fast) is not type(slow)  # the installed TensorFlow offers the C++ callable
     for run in (fast, slow):
         got = run(values, np.int32(5))
@@ -401,11 +405,11 @@ def test_the_cgroup_cpu_quota_is_read_from_either_cgroup_version(files, quota, t
 
 def test_sessions_never_use_a_gpu():
     for op_threads in (-1, 1):
-        device_count = a3c.session_config(op_threads).device_count
+        device_count = sessions.session_config(op_threads).device_count
         assert "GPU" in device_count and device_count["GPU"] == 0  # a missing key also reads 0
     with tf.Graph().as_default() as graph:
         tf.constant(1.0)
-    sess = a3c.open_session(graph, None)
+    sess = sessions.open_session(graph, None)
     assert not [d.name for d in sess.list_devices() if "GPU" in d.device_type]
     sess.close()
 
@@ -422,7 +426,7 @@ def test_a_pinned_session_runs_its_ops_in_a_pool_on_the_tensorflow_cpus():
         x = v1.placeholder(tf.float32, [None], "x")
         tripled = 3.0 * x
     before = thread_names()
-    sess = a3c.open_session(graph, layout)
+    sess = sessions.open_session(graph, layout)
     pool = [tid for tid, name in thread_names().items()
             if tid not in before and name == "tf_Compute"]
     assert len(pool) == len(layout.ops)
@@ -437,8 +441,8 @@ def test_final_sigma_scale_narrows_sigma_with_the_fraction_each_rollout_acted_wi
     E = 1000  # a wide batch: the spread of one step's samples measures sigma (to ~2%)
     cfg = Config(workers=1, envs_per_worker=E, n_steps=2, final_sigma_scale=0.25, anneal_lr=True,
                  use_lstm=use_lstm, lstm_units=4)
-    envs = a3c.make_envs("Pendulum-v1", cfg, 1)
-    spec = a3c.env_spec(envs, "Pendulum-v1")
+    envs = environments.make_envs("Pendulum-v1", cfg, 1)
+    spec = environments.env_spec(envs, "Pendulum-v1")
     envs.close()
     sess, global_net, (net,) = build_session(spec, cfg)
     worker = a3c.Worker(0, net, "Pendulum-v1", spec, cfg)
@@ -480,5 +484,5 @@ def test_tensorflow_comes_without_keras_and_leaves_it_importable():
     """a3c asks TensorFlow's import to skip its eager load of Keras (CPU time at every process's
     start); the mark that skips it is gone afterwards, so Keras would import as usual."""
     assert "tensorflow" in sys.modules and "keras" not in sys.modules
-    for name in a3c.KERAS_LOADED_BY_TENSORFLOW:
+    for name in sessions.KERAS_LOADED_BY_TENSORFLOW:
         assert name not in sys.modules, f"{name}: loaded, or still marked unimportable"

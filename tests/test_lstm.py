@@ -7,6 +7,8 @@ import os
 import numpy as np
 
 import a3c
+import environments
+import runlog
 import config as config_module
 from graphs import build_session
 
@@ -17,8 +19,8 @@ CUE = "A3CTest/Cue-v0"              # needs a memory of two steps
 def lstm_worker(env_id, **fields):
     cfg = dataclasses.replace(config_module.Config(), use_lstm=True, lstm_units=8, workers=1,
                               envs_per_worker=4, n_steps=4, pin_threads=False, **fields)
-    envs = a3c.make_envs(env_id, cfg, 1)
-    spec = a3c.env_spec(envs, env_id)
+    envs = environments.make_envs(env_id, cfg, 1)
+    spec = environments.env_spec(envs, env_id)
     envs.close()
     sess, _, (net,) = build_session(spec, cfg)
     worker = a3c.Worker(0, net, env_id, spec, cfg)
@@ -82,7 +84,7 @@ def test_the_lstm_learns_what_needs_memory_and_plays_it_back_where_the_feed_forw
     cfg = dataclasses.replace(config_module.Config(), use_lstm=True, lstm_units=32, max_steps=30_000,
                               best_trial_episodes=10, **common)
     summary = a3c.train(CUE, cfg, str(tmp_path), show_plot=False, out=io.StringIO())
-    rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+    rows = runlog.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
     assert rows["running_return"][-1] >= 0.8, "the cue is remembered over two steps"
     played = a3c.evaluate(summary["run_dir"], episodes=10, out=io.StringIO())
     assert "best" in played["checkpoint"] and played["mean"] == 1.0, "--eval carries the state too"
@@ -90,5 +92,5 @@ def test_the_lstm_learns_what_needs_memory_and_plays_it_back_where_the_feed_forw
     cfg = dataclasses.replace(config_module.Config(), use_lstm=False, max_steps=6_000,
                               best_trial_episodes=0, **common)
     summary = a3c.train(CUE, cfg, str(tmp_path), show_plot=False, out=io.StringIO())
-    rows = a3c.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
+    rows = runlog.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
     assert np.max(rows["running_return"][99:]) < 0.5, "without memory the cue is a coin toss"

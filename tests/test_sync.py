@@ -11,6 +11,11 @@ import pytest
 import tensorflow as tf
 
 import a3c
+import best_agent
+import checkpoints
+import console
+import environments
+import networks
 import config as config_module
 from graphs import build_session
 from test_training import assert_refused, read_rows, train
@@ -22,7 +27,7 @@ def sync_workers(env_id, **fields):
     """(session, global net, workers, rounds) of a --sync graph, every worker prepared."""
     cfg = dataclasses.replace(config_module.config_for(env_id), sync_updates=True,
                               actor_hidden=(16,), critic_hidden=(16,), **fields)
-    spec = a3c.probe_spec(env_id, cfg)
+    spec = environments.probe_spec(env_id, cfg)
     sess, global_net, nets = build_session(spec, cfg)
     workers = [a3c.Worker(i, net, env_id, spec, cfg) for i, net in enumerate(nets)]
     rounds = a3c.UpdateRound.in_one_process(sess, global_net, len(workers))
@@ -79,7 +84,7 @@ def test_one_update_is_the_concatenated_batchs_gradient_clipped_and_applied_as_b
             wide_net.ended: side_by_side("ended")}
     batch_gradient = wide_sess.run(wide_net.gradients, feed)
 
-    rates = a3c.learning_rates(cfg, spec)
+    rates = networks.learning_rates(cfg, spec)
     assert len(batch_gradient) == len(rates) == 2  # actor and critic: each clipped on its own
     expected = []
     for group, rate in enumerate(rates):
@@ -93,7 +98,7 @@ def test_one_update_is_the_concatenated_batchs_gradient_clipped_and_applied_as_b
         expected += [lr_step for lr_step in (
             rate * g / np.sqrt(cfg.rmsprop_decay + (1 - cfg.rmsprop_decay) * g ** 2 + cfg.rmsprop_epsilon)
             for g in clipped)]
-    groups = a3c.optimizer_groups(global_net, spec, cfg)
+    groups = networks.optimizer_groups(global_net, spec, cfg)
     by_param = dict(zip([p.name for group in groups for p in group], expected))
     for p, old, new in zip(global_net.params, before, after):
         np.testing.assert_allclose(new, old - by_param[p.name], rtol=1e-5, atol=1e-7)
@@ -143,7 +148,7 @@ def test_a_stop_releases_every_waiter_without_an_update():
 
 
 def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path, monkeypatch):
-    locks, prepare, save = [], a3c.BestCheckpoint.prepare, a3c.Checkpoints.save
+    locks, prepare, save = [], best_agent.BestCheckpoint.prepare, checkpoints.Checkpoints.save
 
     def prepare_and_record(best, sess):
         locks.append(best.copy_lock)
@@ -153,8 +158,8 @@ def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path, monkeypatch):
         locks.append(checkpoints.save_lock)
         save(checkpoints, sess, env_steps)
 
-    monkeypatch.setattr(a3c.BestCheckpoint, "prepare", prepare_and_record)
-    monkeypatch.setattr(a3c.Checkpoints, "save", save_and_record)
+    monkeypatch.setattr(best_agent.BestCheckpoint, "prepare", prepare_and_record)
+    monkeypatch.setattr(checkpoints.Checkpoints, "save", save_and_record)
     summary, console = train("CartPole-v1", tmp_path, sync_updates=True, max_episodes=60)
     # the best agent is copied, and checkpoints saved, under the rounds' lock: between rounds,
     # never during an update
@@ -164,7 +169,7 @@ def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path, monkeypatch):
     assert len(rows) == 61 and summary["episodes"] == 60
     assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
     assert os.path.exists(os.path.join(summary["run_dir"], "rewards.png"))
-    checkpoint = a3c.latest_checkpoint(os.path.join(summary["run_dir"], a3c.CHECKPOINT_FOLDER))
+    checkpoint = checkpoints.latest_checkpoint(os.path.join(summary["run_dir"], checkpoints.CHECKPOINT_FOLDER))
     names = [name for name, _ in v1.train.list_variables(checkpoint)]
     assert any(name.startswith("global/actor") for name in names)
     assert not [name for name in names if "gradient_store" in name or name.startswith("worker_")]
@@ -179,23 +184,23 @@ def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path, monkeypatch):
 
 
 def test_a_failing_worker_stops_every_sync_worker(tmp_path):
-    with pytest.raises(a3c.WorkerError, match="worker_1 raised RuntimeError: the simulator crashed"):
+    with pytest.raises(console.WorkerError, match="worker_1 raised RuntimeError: the simulator crashed"):
         train("A3CTest/Failing-v0", tmp_path, sync_updates=True, workers=3, envs_per_worker=1,
               max_steps=10_000_000, max_episodes=None)
     assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
     (run_dir,) = glob.glob(os.path.join(tmp_path, "A3CTest_Failing-v0", "*"))
-    assert a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    assert checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
 
 
 def test_a_nan_stops_every_sync_worker_and_nothing_non_finite_is_applied(tmp_path):
-    with pytest.raises(a3c.WorkerError, match="non-finite loss or gradient"):
+    with pytest.raises(console.WorkerError, match="non-finite loss or gradient"):
         train("A3CTest/NaNReward-v0", tmp_path, sync_updates=True, max_steps=1_000_000,
               max_episodes=None)
     assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
     (run_dir,) = glob.glob(os.path.join(tmp_path, "A3CTest_NaNReward-v0", "*"))
-    checkpoint = a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER))
+    checkpoint = checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
     for name, _ in v1.train.list_variables(checkpoint):
-        if name != a3c.ENV_ID_VARIABLE:
+        if name != checkpoints.ENV_ID_VARIABLE:
             assert np.all(np.isfinite(v1.train.load_variable(checkpoint, name))), name
 
 
@@ -218,7 +223,7 @@ def test_sync_takes_its_own_preset_values_under_the_command_lines():
 def test_a_sync_round_trains_the_atari_cnn_once_and_every_worker_pulls_it():
     sess, global_net, workers, rounds, spec, cfg = sync_workers(
         "ALE/Pong-v5", workers=2, envs_per_worker=2, n_steps=5)
-    assert spec.image and len(a3c.optimizer_groups(global_net, spec, cfg)) == 1  # one shared loss
+    assert spec.image and len(networks.optimizer_groups(global_net, spec, cfg)) == 1  # one shared loss
     start = sess.run(global_net.params)
     play_rounds(workers, 2)
     now = sess.run(global_net.params)

@@ -11,6 +11,11 @@ import numpy as np
 import pytest
 
 import a3c
+import checkpoints
+import console
+import environments
+import runlog
+import sessions
 import cpus
 import config as config_module
 from config import Config
@@ -49,7 +54,7 @@ def test_a_short_run_writes_every_output(env_id, tmp_path):
     assert {"tensorflow", "gymnasium", "numpy"} <= set(saved["versions"])
 
     rows = read_rows(run_dir)
-    assert rows[0][:9] == a3c.EPISODE_COLUMNS
+    assert rows[0][:9] == runlog.EPISODE_COLUMNS
     body = rows[1:]
     assert len(body) == 12, "exactly max_episodes rows"
     assert [int(r[1]) for r in body] == list(range(1, 13))
@@ -86,14 +91,14 @@ def test_each_episode_logs_the_mean_statistics_of_exactly_the_pushes_that_traine
     # an episode's steps fall in one to two pushes
     cfg = dataclasses.replace(Config(), **{**TINY, "workers": 1, "n_steps": 25, "max_episodes": 16})
     env_id = "A3CTest/Countdown-v0"
-    spec = a3c.env_spec(a3c.make_env(env_id, cfg), env_id)
+    spec = environments.env_spec(environments.make_env(env_id, cfg), env_id)
     sess, _, (net,) = build_session(spec, cfg)
     worker = TracedWorker(0, net, env_id, spec, cfg)
     worker.trace, worker.pushes = [], []
     worker.prepare(sess, cfg.seed)
-    writer = a3c.v1.summary.FileWriter(str(tmp_path))
-    log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
-    worker.work(a3c.v1.train.Coordinator(), log)
+    writer = sessions.v1.summary.FileWriter(str(tmp_path))
+    log = runlog.EpisodeLog(str(tmp_path), cfg, writer)
+    worker.work(sessions.v1.train.Coordinator(), log)
     log.close()
     writer.close()
     sess.close()
@@ -175,7 +180,7 @@ def test_max_episode_steps_cuts_episodes_at_that_length(tmp_path):
 
 def test_a_failing_worker_stops_every_thread_and_reaches_the_user(tmp_path):
     cpus = os.sched_getaffinity(0)
-    with pytest.raises(a3c.WorkerError, match="worker_1 raised RuntimeError: the simulator crashed"):
+    with pytest.raises(console.WorkerError, match="worker_1 raised RuntimeError: the simulator crashed"):
         train("A3CTest/Failing-v0", tmp_path, workers=3, envs_per_worker=1,
               max_steps=10_000_000, max_episodes=None)
     assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
@@ -183,13 +188,13 @@ def test_a_failing_worker_stops_every_thread_and_reaches_the_user(tmp_path):
     (run_dir,) = glob.glob(os.path.join(tmp_path, "A3CTest_Failing-v0", "*"))
     assert len(read_rows(run_dir)) > 1, "episodes finished before the crash are kept"
     assert os.path.exists(os.path.join(run_dir, "rewards.png"))
-    assert a3c.latest_checkpoint(os.path.join(run_dir, a3c.CHECKPOINT_FOLDER)), "state is saved"
+    assert checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER)), "state is saved"
 
 
 def test_the_episode_log_counts_exactly_under_many_threads(tmp_path):
     import tensorflow as tf
     writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
-    log = a3c.EpisodeLog(str(tmp_path), Config(max_episodes=None, max_steps=10**9), writer)
+    log = runlog.EpisodeLog(str(tmp_path), Config(max_episodes=None, max_steps=10**9), writer)
 
     def hammer(worker):
         for _ in range(500):
@@ -302,10 +307,13 @@ def test_cli_rejects_malformed_flags_with_exit_2(capsys):
 
 
 def test_cli_runs_a_job_and_a_worker_error_exits_non_zero(capsys, tmp_path):
-    code, _ = run_cli(["--env", "CartPole-v1", "--workers", "2", "--max-episodes", "4", "--no-plot",
-                       "--seed", "5", "--set", "actor_hidden=8,8", "--results-dir", str(tmp_path)],
-                      capsys)
+    code = a3c.main(["--env", "CartPole-v1", "--workers", "2", "--max-episodes", "4", "--no-plot",
+                     "--seed", "5", "--set", "actor_hidden=8,8", "--results-dir", str(tmp_path)])
     assert code == 0
+    # the run's first line names the preset and the fields it set, so an edited default that
+    # the preset overrides (CartPole's n_steps) shows at once
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == config_module.describe_preset("CartPole-v1") and "n_steps" in first
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*-s5"))
     with open(os.path.join(run_dir, "config.json")) as f:
         assert json.load(f)["config"]["actor_hidden"] == [8, 8]
@@ -351,7 +359,7 @@ def test_the_annealed_learning_rate_falls_with_every_step_not_in_waves_of_episod
     # Pendulum's shape: 64 envs whose 200-step episodes all end together; 1,000 episodes
     cfg = Config(max_episodes=1000, anneal_lr=True)
     writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
-    log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
+    log = runlog.EpisodeLog(str(tmp_path), cfg, writer)
     fractions = []
     while log.episodes < 1000:
         log.add_steps(64 * 4)  # one rollout of 4 steps in each of 64 envs
@@ -374,7 +382,7 @@ def test_with_anneal_steps_the_rate_follows_env_steps_whatever_the_episodes(tmp_
     import tensorflow as tf
     cfg = Config(max_episodes=1500, anneal_lr=True, anneal_steps=10_000)
     writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
-    log = a3c.EpisodeLog(str(tmp_path), cfg, writer)
+    log = runlog.EpisodeLog(str(tmp_path), cfg, writer)
     for _ in range(1000):  # 1,000 short episodes: two thirds of the episode budget
         log.add_steps(2)
         log.record(0, 2.0, 2, 0.0, 0.0)
@@ -391,9 +399,9 @@ def test_a_resumed_run_anneals_on_from_the_rate_it_reached(tmp_path):
     rows = {"episode": np.arange(1, 1001), "length": np.full(1000, 200),
             "env_steps": np.arange(1, 1001) * 200, "wall_s": np.arange(1, 1001) * 0.1,
             "return": np.full(1000, -150.0), "running_return": np.full(1000, -150.0)}
-    history = a3c.RunHistory(rows, 196_000, a3c.AnnealStart(0.02, 196_000 / 300_000))
+    history = runlog.RunHistory(rows, 196_000, runlog.AnnealStart(0.02, 196_000 / 300_000))
     writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
-    log = a3c.EpisodeLog(str(tmp_path), cfg, writer, history)
+    log = runlog.EpisodeLog(str(tmp_path), cfg, writer, history)
     fractions = []
     while log.env_steps < 300_000:
         fractions.append(log.lr_fraction())
@@ -409,7 +417,7 @@ def test_a_resumed_run_anneals_on_from_the_rate_it_reached(tmp_path):
 def test_budget_used_follows_whichever_limit_is_nearer(tmp_path):
     import tensorflow as tf
     writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
-    log = a3c.EpisodeLog(str(tmp_path), Config(max_episodes=10, max_steps=1000), writer)
+    log = runlog.EpisodeLog(str(tmp_path), Config(max_episodes=10, max_steps=1000), writer)
     assert log.budget_used() == 0.0
     log.add_steps(250)
     assert log.budget_used() == pytest.approx(0.25)

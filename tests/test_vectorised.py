@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 import a3c
+import environments
 from config import Config
 from graphs import build_session
 
@@ -13,7 +14,7 @@ ENV = "A3CTest/Staggered-v0"  # episodes of 3, 4, 5 (cut at 5) and 6 (cut at 5) 
 
 
 def make_workers(cfg):
-    spec = a3c.env_spec(a3c.make_env(ENV, cfg), ENV)
+    spec = environments.env_spec(environments.make_env(ENV, cfg), ENV)
     sess, _, nets = build_session(spec, cfg)
     workers = [a3c.Worker(i, net, ENV, spec, cfg) for i, net in enumerate(nets)]
     for worker in workers:

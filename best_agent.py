@@ -1,0 +1,404 @@
+"""The best agent: candidates copied from the global net when the mean-100 rises, tried by their
+deterministic policy (GreedyPlayer) on trial episodes of their own, and the best kept in
+checkpoints/best/; also --eval's episodes and --record's episode.gif."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+import typing
+
+import numpy as np
+
+from checkpoints import CHECKPOINT_FOLDER, ENV_ID_VARIABLE, adopt_checkpoints, latest_checkpoint, write_atomically
+from config import Config
+from console import UsageError, attempt, first_line, warn
+from environments import EnvSpec, make_envs
+from runlog import RUNNING_WINDOW
+from sessions import session_callable, tf, v1
+
+
+BEST_FOLDER = "best"      # checkpoints/best/: the best agent of the run (BestCheckpoint)
+
+BEST_INFO = "best.json"   # beside it: its score, mean-100, episode, env steps, checkpoint name
+
+COPY_WAIT_S = 1.0  # how long a best-agent copy waits for a --sync round to end before it asks again
+
+EVAL_SEED = 10_000   # --eval's episode k starts from this seed + k
+
+TRIAL_SEED = 20_000  # a best-agent trial's episode k from this one + k: the two never meet
+
+TRIAL_STEP_LIMIT = 27_000  # steps of a trial episode at most: ALE's own limit (108,000 frames)
+
+
+class BestCheckpoint:
+    """checkpoints/best/: the best agent the run has made, and best.json beside it (its score,
+    the mean-100 and episode it was taken at, the env steps then, and its checkpoint's name).
+
+    The mean-100 says when the agent may have got better, but it lags (it averages 100 episodes
+    played by nets that kept changing) and it measures the stochastic policy, not the one --eval
+    plays. So a new best mean-100 makes the global net of that moment a candidate: a copy taken
+    inside the graph in one session call, whose deterministic policy then plays trial_episodes
+    episodes on environments of its own, from the same start states for every candidate (others
+    than --eval's). A candidate that plays better than every earlier one becomes the best and is
+    written at once. Trials run in a thread beside the workers (run_trials), when a
+    TrialSchedule allows; the final net gets one more at the end (try_final). With no trial episodes
+    a candidate's score is its mean-100."""
+
+    def __init__(self, checkpoints_folder: str, global_net, candidate_net, spec: EnvSpec,
+                 cfg: Config, env_id: str, env_id_variable, copy_lock=None):
+        """candidate_net: an ACNet like global_net, where candidates are copied and tried;
+        env_id_variable: the Checkpoints' own, saved beside the best net; copy_lock: see
+        self.copy_lock."""
+        self.folder = os.path.join(checkpoints_folder, BEST_FOLDER)
+        net = global_net.params
+        self.candidate = candidate_net
+        candidate = self.candidate.params
+        with v1.variable_scope("best_snapshot"):
+            snapshot = [v1.get_variable(v.op.name, v.shape, v.dtype.base_dtype, trainable=False,
+                                        initializer=v1.zeros_initializer()) for v in net]
+        self.take_candidate = tf.group(*[c.assign(v) for c, v in zip(candidate, net)])
+        self.promote = tf.group(*[s.assign(c) for s, c in zip(snapshot, candidate)])
+        # stored under the net's own names: --eval restores it like any checkpoint
+        stored = {v.op.name: s for v, s in zip(net, snapshot)}
+        self.saver = v1.train.Saver(var_list={**stored, ENV_ID_VARIABLE: env_id_variable},
+                                    max_to_keep=1, save_relative_paths=True)
+        self.trial_envs = (make_envs(env_id, cfg, cfg.best_trial_episodes, greedy=True)
+                           if cfg.best_trial_episodes else None)
+        self.on_disk = read_best_info(self.folder)  # what best/ holds now (None: nothing)
+        try:  # whatever best/ holds, labelled or not, so that the next write replaces it
+            adopt_checkpoints(self.saver, self.folder)
+        except Exception:  # an unreadable index: the next write makes a new one
+            pass
+        self.unwritten = None  # the label of a best not yet on disk (its write failed)
+        self.pending = None    # the label of a candidate copied but not yet tried
+        self.trial_episodes = cfg.best_trial_episodes
+        self.obs_dtype = spec.obs_dtype
+        self.snapshot_to_candidate = tf.group(*[c.assign(s) for c, s in zip(candidate, snapshot)])
+        self.best_score = best_score(self.on_disk) if self.on_disk else -math.inf
+        self.best_mean_100 = self.on_disk["mean_100"] if self.on_disk else -math.inf  # the best one's
+        self.best_tried = self.on_disk["mean_100"] if self.on_disk else -math.inf  # a mean-100
+        # held while the candidate is copied: --sync passes its rounds' lock, so that the copy
+        # is one round's net, never half of the next one's update (asynchronous pushes interleave
+        # with any copy, as with every read of a Hogwild net). On a cluster the chief's periodic
+        # download of the ps's net holds only the round's put lock; a download torn by a round
+        # is written over by that round's put before the rounds' lock is free again.
+        self.copy_lock = threading.Lock() if copy_lock is None else copy_lock
+
+    def prepare(self, sess) -> None:
+        """Build the trial's act call; score a resumed run's best anew if it was scored another
+        way than this run scores its candidates (a best.json of an earlier version has no trial
+        score, or it was over another number of episodes): the two would not compare."""
+        self.greedy = GreedyPlayer(sess, self.candidate, self.trial_episodes, self.obs_dtype)
+        info = self.on_disk
+        if info is None or (info.get("trial_episodes") == self.trial_episodes and "score" in info):
+            return
+        if self.trial_envs is None:
+            self.best_score = info["mean_100"]
+            return
+        try:
+            self.saver.restore(sess, os.path.join(self.folder, info["checkpoint"]))
+        except Exception as exc:  # a corrupt best/: the run goes on, the next best replaces it
+            warn(f"cannot read the best checkpoint in {self.folder} ({first_line(exc)}); the "
+                 f"run's next best agent will replace it")
+            self.on_disk, self.best_score, self.best_mean_100 = None, -math.inf, -math.inf
+            return
+        sess.run(self.snapshot_to_candidate)
+        deadline = time.time() + 60
+        score = self.play(lambda: time.time() > deadline)
+        self.best_score = info["mean_100"] if score is None else score
+
+    def run_trials(self, sess, coord, log, schedule: "TrialSchedule") -> None:
+        """The trial thread: copy the global net the moment the best mean-100 rises, and try the
+        newest copy when the schedule allows."""
+        while not coord.wait_for_stop(0.05):
+            self.take_if_risen(sess, log)
+            started = time.time()
+            if self.pending is None or not schedule.allows(started):
+                continue
+            own_cpu, process_cpu = time.thread_time(), time.process_time()
+            self.try_pending(sess, coord.should_stop)
+            schedule.paid(started, own_cpu_s=time.thread_time() - own_cpu,
+                          process_cpu_s=time.process_time() - process_cpu)
+
+    def take_if_risen(self, sess, log, final: bool = False,
+                      wait_s: float = COPY_WAIT_S) -> bool:
+        """If the best mean-100 has risen since the last copy (or, final, the run has a full
+        mean-100 at all), copy the global net into the candidate now, labelled with that
+        moment's mean-100, episode and env steps; True if it did. False also when copy_lock
+        stayed taken for wait_s (a round that has not ended: the trial loop asks again, and at
+        the end a worker stuck in a round leaves the final net untried)."""
+        def label():
+            if final:
+                progress = log.progress()
+                return progress["running"], progress["episodes"], progress["env_steps"]
+            return log.best()
+
+        running, episode, _ = label()
+        risen = episode >= RUNNING_WINDOW if final else running > self.best_tried
+        if not risen:
+            return False
+        if not self.copy_lock.acquire(timeout=wait_s):
+            return False
+        try:
+            running, episode, env_steps = label()  # the net's moment: the lock may have waited
+            sess.run(self.take_candidate)
+        finally:
+            self.copy_lock.release()
+        self.best_tried = max(self.best_tried, running)
+        self.pending = {"mean_100": running, "episode": episode, "env_steps": env_steps}
+        return True
+
+    def try_pending(self, sess, should_stop) -> bool:
+        """Score the candidate (its trial return, or its mean-100 without trials) and make it
+        the best if it beats the best so far; True if it did."""
+        label, self.pending = self.pending, None
+        score = self.play(should_stop) if self.trial_envs is not None else label["mean_100"]
+        if score is None or not self.beats_the_best(score, label["mean_100"]):
+            return False
+        sess.run(self.promote)
+        self.best_score, self.best_mean_100 = score, label["mean_100"]
+        self.unwritten = {"score": score, "trial_episodes": self.trial_episodes, **label}
+        attempt("write the best checkpoint", self.write, sess)
+        return True
+
+    def try_candidate(self, sess, log, should_stop,
+                      final: bool = False) -> typing.Optional[bool]:
+        """take_if_risen, then try_pending: True if the candidate became the best, False if not,
+        None if there was no candidate."""
+        if not self.take_if_risen(sess, log, final):
+            return None
+        return self.try_pending(sess, should_stop)
+
+    def beats_the_best(self, score: float, running: float) -> bool:
+        """A higher trial score wins; an equal one (CartPole's nets often all play 500) wins with
+        a higher mean-100, the evidence of more episodes: a net that only just reached the cap
+        in its trials is often less sure of it than the ones that keep it up."""
+        if score != self.best_score:
+            return score > self.best_score
+        return self.trial_envs is not None and running > self.best_mean_100
+
+    def must_beat(self, mean_100: float) -> None:
+        """A resumed run's next candidate must beat its CSV's best mean-100 too."""
+        self.best_tried = max(self.best_tried, mean_100)
+
+    def try_final(self, sess, log, time_limit_s: float = 60.0) -> None:
+        """At the end of a run: try the candidate still waiting for its trial, then the final net
+        (an annealed run often ends at its best), within time_limit_s in all; then write a best
+        whose write had failed."""
+        deadline = time.time() + time_limit_s
+        too_late = lambda: time.time() > deadline  # noqa: E731
+        try:
+            if self.pending is not None:
+                self.try_pending(sess, too_late)
+            self.try_candidate(sess, log, too_late, final=True)
+            if too_late():
+                warn(f"the last trials for the best checkpoint took over {time_limit_s:g} s and "
+                     f"were cut short; the best so far is kept")
+        finally:
+            self.write(sess)
+
+    def play(self, should_stop) -> typing.Optional[float]:
+        """The candidate's mean raw return over one episode in each trial env, all stepped
+        together (None if should_stop() said so first). An episode still going after
+        TRIAL_STEP_LIMIT steps (an env without a time limit) counts as cut there."""
+        envs = self.trial_envs
+        obs = envs.reset(TRIAL_SEED + np.arange(len(envs))).astype(self.obs_dtype)  # as fed
+        self.greedy.start()
+        returns, playing = np.zeros(len(envs)), np.ones(len(envs), bool)
+        for _ in range(TRIAL_STEP_LIMIT):
+            if not playing.any():
+                break
+            if should_stop():
+                return None
+            next_obs, rewards, terminated, truncated = envs.step(self.greedy(obs))
+            returns += rewards * playing
+            obs = np.array(next_obs, dtype=obs.dtype)
+            for k in np.flatnonzero(np.logical_or(terminated, truncated)):
+                playing[k] = False  # an env that has played its episode plays on, unscored
+                obs[k] = envs.restart(k)
+                self.greedy.restart(k)
+        return float(returns.mean())
+
+    def write(self, sess) -> bool:
+        """Write the best not yet on disk; True if it did."""
+        if self.unwritten is None:
+            return False
+        os.makedirs(self.folder, exist_ok=True)  # the Saver makes no folders of its own
+        path = self.saver.save(sess, os.path.join(self.folder, "model"),
+                               global_step=self.unwritten["env_steps"], write_meta_graph=False)
+        info = {**self.unwritten, "checkpoint": os.path.basename(path)}
+        write_atomically(os.path.join(self.folder, BEST_INFO), json.dumps(info))
+        self.on_disk, self.unwritten = info, None
+        return True
+
+    def close(self) -> None:
+        if self.trial_envs is not None:
+            self.trial_envs.close()
+
+    def describe(self, log) -> str:
+        """The summary's line about the best agent, from what is on disk."""
+        if self.on_disk is not None:
+            return (f"best agent: {describe_best(self.on_disk)}; its checkpoint (what --eval "
+                    f"plays) is in {self.folder}")
+        if log.episodes < RUNNING_WINDOW:
+            return f"no best checkpoint: fewer than {RUNNING_WINDOW} episodes, so no full mean-100"
+        return ("no best checkpoint: none could be written (see the warnings above), or the "
+                "run's best predates best checkpoints and was not beaten")
+
+
+class TrialSchedule:
+    """When the best agent's next trial may start: at most one per min_interval_s, and only
+    while the trials so far have cost at most cpu_share of the CPU time the process has used
+    since the schedule began.
+
+    A trial's cost is its thread's CPU time, or its fair share of the whole process's CPU time
+    while it played (over the workers + 1 threads that compete) if that is more: an Atari
+    trial's games step in the emulator's threads, and a pinned session runs its ops in a pool
+    of its own. Not its wall time, which mid-run is mostly a wait for the GIL while the workers
+    train on (docs/implementation.md). Summed over the run, so that one slow trial (the first,
+    as the workers start) is paid back rather than holding the next ones off; but the credit a
+    long plateau saves up is capped at two trials' cost, so that a burst of rises after one
+    does not run trials back to back."""
+
+    def __init__(self, min_interval_s: float, workers: int, cpu_share: float,
+                 cpu_clock=time.process_time):
+        self.min_interval_s, self.workers, self.cpu_share = min_interval_s, workers, cpu_share
+        self.cpu_clock = cpu_clock
+        self.cpu_at_start, self.cost, self.next_trial = cpu_clock(), 0.0, -math.inf
+        self.dearest = 0.0  # the most one trial has cost
+
+    def allows(self, now: float) -> bool:
+        budget = self.cpu_share * (self.cpu_clock() - self.cpu_at_start)
+        self.cost = max(self.cost, budget - 2 * self.dearest)
+        return now >= self.next_trial and self.cost <= budget
+
+    def paid(self, started: float, own_cpu_s: float, process_cpu_s: float) -> None:
+        cost = max(own_cpu_s, process_cpu_s / (self.workers + 1))
+        self.cost += cost
+        self.dearest = max(self.dearest, cost)
+        self.next_trial = started + self.min_interval_s
+
+
+class GreedyPlayer:
+    """A net's deterministic policy (mean action / argmax) over a batch of envs, for the best
+    agent's trials and --eval: player(obs) gives the actions; with an LSTM it carries each env's
+    state from call to call, start() zeroes them all and restart(k) env k's."""
+
+    def __init__(self, sess, net, count: int, obs_dtype):
+        self.call = session_callable(sess, [net.policy.greedy_action, *net.state_out],
+                                     [net.obs, *net.state_in])
+        self.state_shapes = [(count, part.shape[-1]) for part in net.state_in]
+        self.obs_dtype = obs_dtype
+        self.start()
+
+    def start(self) -> None:
+        self.state = tuple(np.zeros(shape, np.float32) for shape in self.state_shapes)
+
+    def restart(self, k: int) -> None:
+        if self.state:
+            self.state = tuple(np.array(part) for part in self.state)
+            for part in self.state:
+                part[k] = 0.0
+
+    def __call__(self, obs):
+        actions, *state = self.call(np.asarray(obs, self.obs_dtype), *self.state)
+        self.state = tuple(state)
+        return actions
+
+
+def best_score(info: dict) -> float:
+    """What a best.json's agent scored: its trial return, or its mean-100 (no trials, or a
+    best.json written before trials)."""
+    return float(info.get("score", info["mean_100"]))
+
+
+def describe_best(info: dict) -> str:
+    taken = f"the net of episode {info['episode']:,} (mean-100 {info['mean_100']:.1f})"
+    if info.get("trial_episodes"):
+        return (f"deterministic return {info['score']:.1f} over {info['trial_episodes']} trial "
+                f"episodes, {taken}")
+    return f"best mean-100 {info['mean_100']:.1f} at episode {info['episode']:,}"
+
+
+def read_best_info(best_folder: str) -> typing.Optional[dict]:
+    """best.json of a best/ folder, if it describes the checkpoint that is there."""
+    try:
+        with open(os.path.join(best_folder, BEST_INFO)) as f:
+            info = json.load(f)
+        checkpoint = os.path.join(best_folder, info["checkpoint"])
+        float(info["mean_100"]), int(info["episode"]), best_score(info)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info if os.path.exists(checkpoint + ".index") else None
+
+
+def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
+    """(checkpoint path, what it is in words) for --checkpoint best, latest or a path."""
+    folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
+    if which == "latest":
+        return latest_checkpoint(folder), "the latest checkpoint"
+    if which == "best":
+        best_folder = os.path.join(folder, BEST_FOLDER)
+        try:
+            path = latest_checkpoint(best_folder)
+        except UsageError:  # a short run, one written before best checkpoints, or a first best
+            # write cut short
+            return latest_checkpoint(folder), "the latest checkpoint (the run has no best one)"
+        info = read_best_info(best_folder)
+        if info is None or info["checkpoint"] != os.path.basename(path):
+            return path, "the best checkpoint (its best.json describes another one)"
+        return path, f"the best checkpoint ({describe_best(info)})"
+    if os.path.isdir(which):  # a checkpoint folder, such as the summary's best/
+        return latest_checkpoint(which), which
+    if not os.path.exists(which + ".index"):
+        raise UsageError(f"--checkpoint {which}: no such checkpoint; give best, latest or a "
+                         f"checkpoint's path without its suffix, e.g. {folder}/model-12000")
+    return which, which
+
+
+RECORD_FRAME_LIMIT = 5_000  # --record keeps an episode's first frames only (an Atari game can
+                           # last 27,000 steps)
+
+
+def run_greedy_episodes(env, greedy, episodes: int, record: bool,
+                        first_seed: int = EVAL_SEED) -> tuple[list, list]:
+    """Play `episodes` episodes with a GreedyPlayer in a batch of one env (GymEnvs or
+    AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first episode's
+    frames when recording."""
+    returns, frames = [], []
+    for episode in range(episodes):
+        obs = env.reset([first_seed + episode])
+        greedy.start()
+        total, done = 0.0, False
+        while not done:
+            if record and episode == 0 and len(frames) < RECORD_FRAME_LIMIT:
+                frames.append(env.render())
+            next_obs, rewards, terminated, truncated = env.step(greedy(obs))
+            obs = np.asarray(next_obs)
+            total += float(rewards[0])
+            done = bool(terminated[0] or truncated[0])
+        returns.append(total)
+    return returns, frames
+
+
+def save_animation(frames: list, path: str) -> str:
+    from PIL import Image  # installed with matplotlib
+
+    def image(frame):
+        frame = np.asarray(frame)
+        if frame.ndim == 2:  # an Atari agent's grayscale view (84 or 42 square), enlarged
+            return Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3),
+                                                 Image.NEAREST)
+        # a GIF frame holds 256 colours: fast octree reduces a frame to them about four times
+        # as fast as PIL's default median cut (results/overheads.md)
+        return Image.fromarray(frame).quantize(method=Image.Quantize.FASTOCTREE)
+
+    images = [image(frame) for frame in frames]
+    partial = path + ".partial"  # an interrupted save never leaves half a GIF under the name
+    images[0].save(partial, format="GIF", save_all=True, append_images=images[1:], duration=33,
+                   loop=0)
+    os.replace(partial, path)
+    return path

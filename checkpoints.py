@@ -1,0 +1,227 @@
+"""Run folders and checkpoints: where a run writes, saving and restoring the global net with its
+RMSProp slots and env step count, and where a resumed run continues from."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import threading
+
+import numpy as np
+
+import config as config_module
+from config import Config
+from console import UsageError, first_line, warn
+from runlog import AnnealStart, RunHistory, anneal_used, annealed_fraction, budget_used, read_episodes
+from sessions import tf, v1
+
+
+CHECKPOINT_FOLDER = "checkpoints"
+
+ENV_ID_VARIABLE = "run/env_id"
+
+ENV_STEPS_VARIABLE = "run/env_steps"
+
+
+class Checkpoints:
+    """Saves and restores the global net, its RMSProp slots and the run's env step counter
+    (the workers' own copies are pulled anew). Each save writes new files and only then swaps
+    the "checkpoint" index file atomically, so a save cut short never leaves a broken latest.
+    Built once the global net and its optimisers are in the graph: it saves what is there.
+
+    save_lock: held by every save; --sync passes its rounds' lock (no save during an update),
+    a cluster's chief the lock of its local copy of the ps's net. before_save(sess): run first
+    under that lock (the chief: bring the ps's net home)."""
+
+    def __init__(self, run_dir: str, cfg: Config, env_id: str, save_lock=None, before_save=None):
+        self.folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
+        self.env_id = env_id
+        # saved and checked on restore, so that a checkpoint is never restored for another env
+        self.env_id_variable = v1.Variable(env_id, name=ENV_ID_VARIABLE, trainable=False)
+        self.env_steps = v1.get_variable(ENV_STEPS_VARIABLE, [], tf.int64, v1.zeros_initializer(),
+                                         trainable=False)
+        self.steps_in = v1.placeholder(tf.int64, [], "run/env_steps_in")
+        self.set_steps = self.env_steps.assign(self.steps_in)
+        shared = [v for v in v1.global_variables() if not v.op.name.startswith("worker_")]
+        # relative paths in the index: a run folder that is moved reads its own files
+        self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints,
+                                    save_relative_paths=True)
+        self.shared = shared
+        self.slots = [v for v in shared if "/RMSProp" in v.op.name]
+        self.before_save = before_save
+        self.save_lock = threading.RLock() if save_lock is None else save_lock
+
+    def save(self, sess, env_steps: int) -> None:
+        with self.save_lock:
+            if self.before_save is not None:
+                self.before_save(sess)
+            sess.run(self.set_steps, {self.steps_in: env_steps})
+            self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps,
+                            write_meta_graph=False)  # nothing reads it; it is ~1 MB and GIL-bound
+
+    def restore(self, sess) -> int:
+        """Restore the latest checkpoint; returns its env step count."""
+        checkpoint = latest_checkpoint(self.folder)
+        missing = restore_checkpoint(sess, self.saver, checkpoint, self.shared, self.env_id,
+                                     optional=self.slots)
+        if missing:
+            warn(f"{checkpoint} holds no RMSProp averages (written before they were saved): "
+                 f"the optimisers start theirs afresh")
+        adopt_checkpoints(self.saver, self.folder)  # so that keep_checkpoints counts them too
+        return int(sess.run(self.env_steps))
+
+
+def adopt_checkpoints(saver, folder: str) -> None:
+    """Make saver count the checkpoints already in folder (named inside it, wherever the index
+    says they were written), so that its max_to_keep deletes them in turn."""
+    state = v1.train.get_checkpoint_state(folder)
+    saver.recover_last_checkpoints([os.path.join(folder, os.path.basename(p))
+                                    for p in (state.all_model_checkpoint_paths if state else [])])
+
+
+def latest_checkpoint(folder: str) -> str:
+    """The newest checkpoint in folder (UsageError if none). Runs written before the index held
+    relative paths name their checkpoints by absolute path: each name is resolved inside folder,
+    so a moved run folder reads its own files whichever way it was written."""
+    try:
+        state = v1.train.get_checkpoint_state(folder)
+    except Exception as exc:
+        raise UsageError(f"cannot read the checkpoint index in {folder}: {first_line(exc)}") from None
+    checkpoint = state and os.path.join(folder, os.path.basename(state.model_checkpoint_path))
+    if not checkpoint or not os.path.exists(checkpoint + ".index"):
+        raise UsageError(f"no checkpoint in {folder}; "
+                         f"runs write one at the end and every checkpoint_every_s seconds")
+    return checkpoint
+
+
+def restore_checkpoint(sess, saver, checkpoint: str, variables: list, env_id: str,
+                       optional: list = ()) -> list:
+    """saver.restore, after checking that the checkpoint was trained on env_id and that every
+    variable is stored with this graph's shape (resource variables would silently take another
+    shape); UsageError when it doesn't fit. Variables in `optional` may be missing: the others
+    are restored, and the names of the missing ones returned."""
+    try:
+        stored = dict(v1.train.list_variables(checkpoint))
+        trained_on = v1.train.load_variable(checkpoint, ENV_ID_VARIABLE).decode()
+        if trained_on != env_id:
+            raise ValueError(f"it was trained on {trained_on}, not {env_id}")
+        missing = [v for v in optional if v.op.name not in stored]
+        for variable in variables:
+            name, shape = variable.op.name, variable.shape.as_list()
+            if stored.get(name) != shape and variable not in missing:
+                raise ValueError(f"it holds {name} as {stored.get(name)}, the config builds {shape}")
+        if missing:
+            saver = v1.train.Saver(var_list=[v for v in variables if v not in missing])
+        saver.restore(sess, checkpoint)
+    except Exception as exc:
+        raise UsageError(f"cannot restore {checkpoint}: {first_line(exc)} (corrupt, or written for "
+                         f"another env or network shape)") from None
+    return [v.op.name for v in missing]
+
+
+def file_name(env_id: str) -> str:
+    """An env id as one file or folder name (ALE/Pong-v5 -> ALE_Pong-v5)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)
+
+
+def new_run_dir(results_dir: str, env_id: str, seed: int) -> str:
+    """results/<env>/<UTC timestamp>-s<seed>/, created fresh: an earlier run is never touched."""
+    env_folder = file_name(env_id)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = os.path.join(results_dir, env_folder, f"{stamp}-s{seed}")
+    path, suffix = base, 1
+    while True:
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:
+            suffix += 1
+            path = f"{base}-{suffix}"
+
+
+def write_atomically(path: str, text: str) -> None:
+    """A file that is either its old self or its new self, never half written (a resume rewrites
+    config.json, which the run cannot be resumed or evaluated without)."""
+    partial = path + ".partial"
+    with open(partial, "w") as f:
+        f.write(text)
+    os.replace(partial, path)
+
+
+def read_run_info(run_dir: str) -> dict:
+    """The config.json of a run folder that a3c.py wrote."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{run_dir} is not a readable run folder ({exc}); pass a folder that "
+                         f"a3c.py wrote, e.g. results/Pendulum-v1/<run>") from None
+
+
+def read_run(run_dir: str) -> tuple[str, Config]:
+    """(env id, config) of a run folder that a3c.py wrote."""
+    saved = read_run_info(run_dir)
+    try:
+        cfg = config_module.from_dict(saved["config"])
+        cfg.validate()  # a hand-edited value must be refused here, not crash the graph's build
+        return saved["env"], cfg
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{run_dir} is not a readable run folder ({exc}); pass a folder that "
+                         f"a3c.py wrote, e.g. results/Pendulum-v1/<run>") from None
+
+
+def part_seed(seed: int, part: int) -> int:
+    """The seed of one part of a run: the run's own for its first part (part 0), and for the
+    part started by its n-th --resume one drawn from (seed, n), so that no part replays another's
+    start states and action noise."""
+    if part == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, part]).generate_state(1)[0])
+
+
+def checkpoint_note(run_dir: str) -> str:
+    """What a run folder holds to continue from, in words."""
+    try:
+        latest = latest_checkpoint(os.path.join(run_dir, CHECKPOINT_FOLDER))
+    except UsageError:
+        return f"{run_dir} has no checkpoint, so it cannot be resumed"
+    return (f"{run_dir} keeps its checkpoint {os.path.basename(latest)} and every episode its "
+            f"CSV recorded (--resume continues it)")
+
+
+def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int) -> RunHistory:
+    """Where a run resumed from a checkpoint of checkpoint_steps env steps goes on: its
+    episodes, its env step count (the checkpoint's, or further if the CSV recorded episodes
+    after it), and the learning rate it had annealed to. UsageError if its budget is spent."""
+    try:
+        rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
+    except (OSError, KeyError, ValueError) as exc:
+        raise UsageError(f"cannot read {run_dir}'s episodes.csv ({first_line(exc)}); only a run "
+                         f"folder with its CSV can be resumed") from None
+    env_steps = int(max([checkpoint_steps, *rows["env_steps"].astype(int)]))
+    episodes, finished_steps = len(rows["episode"]), int(rows["length"].sum())
+    if budget_used(cfg, episodes, env_steps) >= 1:
+        raise UsageError(f"{run_dir} already used its budget (max_episodes={cfg.max_episodes}, "
+                         f"max_steps={cfg.max_steps}); raise --max-episodes or --max-steps")
+    before = config_module.from_dict(earlier["config"])  # the budget of the part that ran last
+    reached = 1.0
+    if before.anneal_lr:
+        last_start = earlier.get("resumed", [{}])[-1].get("anneal_start", {})
+        reached = annealed_fraction(
+            anneal_used(before, episodes, finished_steps, env_steps),
+            AnnealStart(**last_start))
+    used = anneal_used(cfg, episodes, finished_steps, env_steps)
+    starts_at = reached if used < 1 else 0.0  # past anneal_steps it is 0 whatever was reached
+    if cfg.anneal_lr and starts_at < 0.01:
+        raise UsageError(f"{run_dir}'s learning rates are annealed to {starts_at:.1%} of their "
+                         f"base, so it would learn nothing more; resume it with --set "
+                         f"anneal_lr=false to train on at the base rates (a jump that can "
+                         f"undo what was learned: copy the run folder first), or start a new run")
+    return RunHistory(rows, env_steps, AnnealStart(reached, used))
+
+
+def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
+                   earlier: dict) -> RunHistory:
+    """Restore the run's latest checkpoint into sess and say where training continues from
+    (resume_point)."""
+    return resume_point(run_dir, cfg, earlier, checkpoints.restore(sess))

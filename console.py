@@ -1,0 +1,81 @@
+"""What the user reads: the errors a run reports in one line, warnings, progress lines, and the
+console that must never be what stops a run."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported in one line, exit status 2, nothing written."""
+
+
+class WorkerError(Exception):
+    """Training stopped because a worker thread (or the driver) raised: carries its name."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, SIGHUP) that ended the program before a clean stop; the message says
+    what is true of the run at that point."""
+
+
+def first_line(exc: Exception) -> str:
+    """The first line of an exception's message (or its type's name): fit for a one-line error."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    while len(lines) > 1 and (lines[0].startswith("Graph execution error")  # TensorFlow's headers
+                              or lines[0].startswith("From /job:") and lines[0].endswith(":")):
+        lines = lines[1:]
+    line = lines[0] if lines else type(exc).__name__
+    return line if len(line) <= 300 else line[:300] + " ..."  # (a request's dump of tensors)
+
+
+def tell(stream, text: str) -> bool:
+    """Print text to stream; False, and the stream silenced for good, if it is gone (a broken
+    pipe, a closed terminal): a message must never be what stops a run or its cleanup."""
+    try:
+        print(text, file=stream, flush=True)
+        return True
+    except (OSError, ValueError):
+        if stream in (sys.stdout, sys.stderr):  # keep Python's exit-time flush from failing too
+            try:
+                with open(os.devnull, "w") as devnull:
+                    os.dup2(devnull.fileno(), stream.fileno())
+            except (OSError, ValueError):
+                pass
+        return False
+
+
+def warn(text: str) -> None:
+    tell(sys.stderr, f"a3c.py: warning: {text}")
+
+
+def attempt(what: str, step, *args):
+    """step(*args), or None after a warning if it raised: one failing step of a cleanup must not
+    keep the others from running."""
+    try:
+        return step(*args)
+    except Exception as exc:
+        warn(f"could not {what}: {first_line(exc)}")
+        return None
+
+
+class Console:
+    """Progress lines for the user. A console that goes away (`a3c.py ... | head`, a closed
+    terminal) stops the lines, not the training: the run goes on to write its files."""
+
+    def __init__(self, out):
+        self.out = out
+        self.open = True
+
+    def say(self, text: str) -> None:
+        if self.open and not tell(self.out, text):
+            self.open = False
+            warn("the console went away; training goes on without progress lines")
+
+
+def progress_line(p: dict) -> str:
+    best = f"{p['best_running']:.1f}" if math.isfinite(p["best_running"]) else "n/a"
+    return (f"episodes {p['episodes']:>6} | env steps {p['env_steps']:>10,} | "
+            f"{p['steps_per_s']:>7,.0f} steps/s | mean-100 return {p['running']:8.1f} | "
+            f"best mean-100 {best} | {p['wall_s']:.0f} s")

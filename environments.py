@@ -1,0 +1,253 @@
+"""Environments: a worker's gymnasium envs (GymEnvs) or ale-py Atari games (AtariEnvs) as one
+batch, and the space checks that say what networks an env needs (EnvSpec)."""
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+
+from config import Config
+from console import UsageError, first_line
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What the networks need to know about an environment."""
+    env_id: str
+    obs_dim: int            # flat observations: their size
+    discrete: bool
+    n_actions: int          # discrete: number of actions; continuous: action dimensions
+    action_low: np.ndarray  # continuous only
+    action_high: np.ndarray
+    action_start: int = 0   # discrete: the env's first action (Discrete(n, start=s) takes s..s+n-1)
+    obs_low: np.ndarray = None   # the observation space's bounds (may be infinite)
+    obs_high: np.ndarray = None
+    image_shape: tuple = None    # Atari: (frames stacked, height, width) of uint8 pixels
+
+    @property
+    def image(self) -> bool:
+        return self.image_shape is not None
+
+    @property
+    def obs_shape(self) -> tuple:
+        return self.image_shape if self.image else (self.obs_dim,)
+
+    @property
+    def obs_dtype(self):
+        return np.uint8 if self.image else np.float32
+
+
+ATARI_PREFIX = "ALE/"  # gymnasium's ids of ale-py's Atari games: ALE/Pong-v5, ALE/Breakout-v5, ...
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith(ATARI_PREFIX)
+
+
+def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False):
+    """count environments of env_id as one batch (AtariEnvs for ALE ids, else GymEnvs);
+    greedy: for a deterministic policy's play (see AtariEnvs)."""
+    if is_atari(env_id):
+        return AtariEnvs(env_id, cfg, count, greedy)
+    return GymEnvs(env_id, cfg, count)
+
+
+def probe_spec(env_id: str, cfg: Config) -> "EnvSpec":
+    """The EnvSpec of env_id, from one env made and closed (UsageError if it cannot be used)."""
+    probe = make_envs(env_id, cfg, 1)
+    try:
+        return env_spec(probe, env_id)
+    finally:
+        probe.close()
+
+
+def env_spec(env, env_id: str) -> EnvSpec:
+    """Read the spaces of an env (or a batch of them), or refuse the ones this trainer has no
+    network for."""
+    obs_space, act_space = env.observation_space, env.action_space
+    if isinstance(env, AtariEnvs):
+        return EnvSpec(env_id, 0, True, int(act_space.n), None, None, image_shape=obs_space.shape)
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise UsageError(f"{env_id}: observation space {obs_space} is not supported "
+                         f"(only flat Box observations)")
+    if len(obs_space.shape) != 1:
+        raise UsageError(f"{env_id}: image observations {obs_space} are supported for Atari "
+                         f"games only (ALE/<Game>-v5 ids, preprocessed by ale-py); other envs "
+                         f"need flat Box observations")
+    bounds = dict(obs_low=obs_space.low.astype(np.float64), obs_high=obs_space.high.astype(np.float64))
+    if isinstance(act_space, gym.spaces.Discrete):
+        return EnvSpec(env_id, obs_space.shape[0], True, int(act_space.n), None, None,
+                       int(act_space.start), **bounds)
+    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+        low, high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+            raise UsageError(f"{env_id}: action space {act_space} has infinite bounds; "
+                             f"the Gaussian policy maps its mean into finite bounds")
+        return EnvSpec(env_id, obs_space.shape[0], False, act_space.shape[0], low, high, **bounds)
+    raise UsageError(f"{env_id}: action space {act_space} is not supported "
+                     f"(only Discrete or a flat Box)")
+
+
+class GymEnvs:
+    """A worker's environments as a batch: gymnasium envs stepped one after the other in this
+    thread. step() gives each env's next observation (the final one where an episode ended);
+    restart(k) starts env k's next episode and gives its first observation."""
+
+    def __init__(self, env_id: str, cfg: Config, count: int, render_mode: str = None):
+        self.envs = []
+        try:
+            for _ in range(count):
+                self.envs.append(make_env(env_id, cfg, render_mode))
+        except BaseException:  # a failure (or Ctrl-C) part-way leaves none of them open
+            self.close()
+            raise
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+
+    def __len__(self) -> int:
+        return len(self.envs)
+
+    def reset(self, seeds) -> np.ndarray:
+        first = [env.reset(seed=int(seed))[0] for env, seed in zip(self.envs, seeds)]
+        for env, seed in zip(self.envs, seeds):
+            env.action_space.seed(int(seed))
+        return np.stack(first)
+
+    def step(self, actions):
+        next_obs, rewards, terminated, truncated, _ = zip(
+            *[env.step(action) for env, action in zip(self.envs, actions)])
+        return next_obs, np.array(rewards), terminated, truncated
+
+    def restart(self, k: int):
+        return self.envs[k].reset()[0]
+
+    def render(self):
+        return self.envs[0].render()
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
+    kwargs = {"disable_env_checker": True}
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    try:
+        return gym.make(env_id, **kwargs)
+    except Exception as exc:  # gymnasium raises several types for unknown or broken ids
+        raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
+                         f"(gymnasium.pprint_registry() lists the known ids)") from exc
+
+
+FRAME_SKIP = 4  # emulator frames per Atari agent step (the standard preprocessing's skip)
+
+
+def frame_size(cfg: Config) -> int:
+    """The side of the square grayscale frames an Atari env gives: 42 for the small CNN (as
+    universe-starter-agent and pytorch-a3c), else the standard 84."""
+    return 42 if cfg.cnn == "small" else 84
+
+
+class AtariEnvs:
+    """A worker's Atari games as one ale-py AtariVectorEnv: its C++ threads (atari_threads of
+    them) step the games and do the standard preprocessing there: 4 frames skipped per
+    action with the last two max-pooled, 84x84 grayscale (42x42 for the small CNN), the last 4
+    stacked, up to 30 no-op starts, FIRE at reset where the game needs it, the minimal action
+    set. An episode is a whole game (all lives); rewards are the raw score (clipping is for
+    learning, in the worker).
+
+    greedy: the envs of a deterministic policy (the best agent's trials, --eval), which press
+    FIRE for it after a life is lost in a game that needs FIRE to go on (Breakout): an argmax
+    that never picks FIRE would otherwise stand still until the game's 108,000-frame limit,
+    and a trial would cost minutes for a score the agent never earned. Training's sampled
+    actions press FIRE by themselves."""
+
+    def __init__(self, env_id: str, cfg: Config, count: int, greedy: bool = False):
+        game, _ = atari_game(env_id)
+        self.game = game
+        from ale_py.vector_env import AtariVectorEnv
+        frames = 108_000 if cfg.max_episode_steps is None else cfg.max_episode_steps * FRAME_SKIP
+        side = frame_size(cfg)
+        self.vector = AtariVectorEnv(
+            game, count, num_threads=cfg.atari_threads, frameskip=FRAME_SKIP, maxpool=True, stack_num=4,
+            img_height=side, img_width=side, grayscale=True, noop_max=30, episodic_life=False,
+            reward_clipping=False, repeat_action_probability=cfg.repeat_action_probability,
+            full_action_space=False, max_num_frames_per_episode=frames,
+            autoreset_mode="SameStep")
+        self.observation_space = self.vector.single_observation_space
+        self.action_space = self.vector.single_action_space
+        self.count = count
+        self.restarted = None
+        self.fire_after_life_loss = greedy and atari_needs_fire(env_id)
+        self.lives = self.life_lost = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def reset(self, seeds) -> np.ndarray:
+        # ALE takes C++ ints: seeds past 2**31 - 1 (a resumed part's, a large --seed) wrap round
+        obs, info = self.vector.reset(seed=np.asarray(seeds, np.int64) % 2 ** 31)
+        self.restarted = obs
+        self.lives, self.life_lost = info["lives"], np.zeros(self.count, bool)
+        return obs
+
+    def step(self, actions):
+        actions = np.asarray(actions, np.int32)
+        if self.fire_after_life_loss:
+            actions = np.where(self.life_lost, ATARI_FIRE, actions).astype(np.int32)
+        obs, rewards, terminated, truncated, info = self.vector.step(actions)
+        self.restarted = obs  # where an episode ended, the next one has already begun
+        ended = terminated | truncated
+        if self.fire_after_life_loss:  # a new game's lives are no loss
+            self.life_lost = (info["lives"] < self.lives) & ~ended
+            self.lives = info["lives"]
+        if ended.any():  # the step's own observation is the final one of the ended game
+            obs = np.where(ended[:, None, None, None], info["final_obs"], obs)
+        return obs, rewards.astype(np.float64), terminated, truncated
+
+    def restart(self, k: int):
+        return self.restarted[k]
+
+    def render(self):
+        """The newest preprocessed frame of env 0 (ALE's vector env keeps no screen)."""
+        return self.restarted[0, -1].copy()
+
+    def close(self) -> None:
+        self.vector.close()
+
+
+def atari_game(env_id: str) -> tuple[str, dict]:
+    """ale-py's game name for an ALE/...-v5 id, and the id's registered settings."""
+    if not env_id.endswith("-v5"):
+        raise UsageError(f"{env_id}: only the ALE/<Game>-v5 ids are supported (their rules: "
+                         f"frame skip 4, minimal action set); use "
+                         f"{ATARI_PREFIX}{env_id[len(ATARI_PREFIX):].rsplit('-', 1)[0]}-v5")
+    try:
+        import ale_py
+        gym.register_envs(ale_py)
+        registered = gym.spec(env_id)
+    except ImportError:
+        raise UsageError(f"{env_id} needs ale-py: pip install -r requirements.txt") from None
+    except Exception as exc:
+        raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
+                         f"(gymnasium.pprint_registry() lists the known ids)") from None
+    return registered.kwargs["game"], registered.kwargs
+
+
+ATARI_FIRE = 1  # FIRE's index in the minimal action set of every game that has it
+
+
+def atari_needs_fire(env_id: str) -> bool:
+    """Whether the game has FIRE as the second action of its minimal set (where ALE puts it).
+    That is all it checks: in Breakout the ball is served only on FIRE; in a game where FIRE
+    shoots (SpaceInvaders) greedy play fires one extra shot after each lost life."""
+    env = gym.make(env_id)
+    try:
+        meanings = env.unwrapped.get_action_meanings()
+    finally:
+        env.close()
+    return len(meanings) > ATARI_FIRE and meanings[ATARI_FIRE] == "FIRE"
