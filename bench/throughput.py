@@ -274,7 +274,7 @@ def save_results(script: str, title: str, commit: str, table: str, setting: str 
 
 def table(rows, bare, args) -> str:
     import sessions
-    from a3c import FRAME_SKIP
+    from environments import FRAME_SKIP
 
     lines = ["# Throughput benchmark", "",
              f"`python bench/throughput.py{' '.join([''] + sys.argv[1:])}` on "
@@ -331,7 +331,7 @@ def plot(rows, bare, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from a3c import FRAME_SKIP  # already imported by table()
+    from environments import FRAME_SKIP  # already imported by table()
 
     atari = list(dict.fromkeys(r["env"] for r in rows if r["env"].startswith("ALE/")))
     panels = list(bare) + atari
