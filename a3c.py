@@ -103,8 +103,9 @@ class ACNet:
     state_out while acting, current_state -> state_after_pull, and rollout_state, the state at
     the rollout's first step, from which train_policy and train_value unroll the LSTM over the
     rollout (without an LSTM these tuples are empty and train_* are policy and value).
-    A net without a global_net is a global net: lr_fraction is the fraction of the learning
-    rates in force, which its workers feed (1 - the budget used, when annealing).
+    A net built without a global_net (the global net, or a net that only plays) has its own
+    lr_fraction: the fraction of the learning rates in force, which the workers of a global net
+    feed (1 - the budget used, when annealing).
     feedable: a cluster process's net, whose parameters can be put in as arrays (fed).
     """
 
@@ -541,8 +542,8 @@ class Team:
     """One process's workers, from their graph to their clean stop; train and a cluster's other
     worker processes (join_the_run) share it. The graph holds the global net and one ACNet per
     worker (add what else the process needs inside `with team.graph.as_default()` before open);
-    open() starts the session and makes the workers' environments, prepare() their session calls
-    and --sync's rounds, start() their threads, stop() and close() end them."""
+    open() starts the session, make_workers() the workers and their environments, prepare()
+    their session calls and --sync's rounds, start() their threads, stop() and close() end them."""
 
     def __init__(self, spec: EnvSpec, cfg: Config, seed: int, cluster: bool = False):
         self.spec, self.cfg = spec, cfg
@@ -554,12 +555,14 @@ class Team:
         self.coord = v1.train.Coordinator()
         self.sess, self.workers, self.threads, self.rounds = None, [], [], None
 
-    def open(self, env_id: str) -> None:
-        """The session, every variable of the graph initialised, and the workers' environments."""
+    def open(self) -> None:
+        """The session, every variable of the graph initialised."""
         with self.graph.as_default():
             init = v1.global_variables_initializer()
         self.sess = open_session(self.graph, self.layout)
         self.sess.run(init)
+
+    def make_workers(self, env_id: str) -> None:
         for i, net in enumerate(self.nets):
             self.workers.append(Worker(i, net, env_id, self.spec, self.cfg))
 
@@ -619,10 +622,11 @@ class Team:
 
 
 def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: bool = True,
-          out=None, resume_dir: str = None, cluster=None) -> dict:
+          out=None, resume_dir: str = None, cluster=None, preamble: str = None) -> dict:
     """Train, writing everything into a new run folder (or continuing resume_dir's run from its
     latest checkpoint); returns a summary dict. cluster: this process is the chief (worker task
-    0) of a cluster run, whose global net lives on the ps tasks (see ChiefLink).
+    0) of a cluster run, whose global net lives on the ps tasks (see ChiefLink). preamble: the
+    first line to print, once the env and config are known to work.
 
     Raises UsageError before anything is written when the env or config cannot work, re-raises
     a worker's exception (after saving the checkpoint, the CSV and the plot) when a worker fails,
@@ -631,6 +635,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     console = Console(out or sys.stdout)
     cfg.validate()
     spec = probe_spec(env_id, cfg)
+    if preamble is not None:
+        console.say(preamble)
     earlier = read_run_info(resume_dir) if resume_dir is not None else None
     part = len(earlier.get("resumed", [])) + 1 if earlier is not None else 0
     seed = part_seed(cfg.seed, part)
@@ -656,9 +662,10 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             best = BestCheckpoint(checkpoints.folder, team.global_net,
                                   ACNet("best_candidate", spec, cfg), spec, cfg, env_id,
                                   checkpoints.env_id_variable, round_lock)
-        team.open(env_id)
+        team.open()
         sess = team.sess
         history = resume_history(sess, checkpoints, run_dir, cfg, earlier) if resume_dir else None
+        team.make_workers(env_id)
         write_atomically(os.path.join(run_dir, "config.json"), json.dumps(
             run_info(env_id, cfg, spec, team.layout, seed, history, earlier, cluster), indent=2))
         summary_writer = v1.summary.FileWriter(run_dir, team.graph)
@@ -864,7 +871,8 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
     remote = RemoteGlobal(ACNet, spec, run_cfg, cluster, server)  # the chief's rates, whatever --workers
     try:
         remote.mark_finished(0)  # (a process that rejoins)
-        team.open(run["env"])
+        team.open()
+        team.make_workers(run["env"])
         remote.log = ClusterLog(cfg, cluster.task, totals, AnnealStart(*anneal_start))
         team.prepare(seed, remote, chief=False)
     except BaseException:
@@ -1192,11 +1200,10 @@ def main(argv=None, command_line: bool = False) -> int:
         if args.resume is not None:
             summary = train(env_id, cfg, show_plot=not args.no_plot, resume_dir=args.resume,
                             cluster=cluster)
-        else:
-            # first, which preset set what: an edited Config default that it overrides shows
-            tell(sys.stdout, config_module.describe_preset(env_id, cfg.sync_updates))
+        else:  # first, which preset set what: an edited Config default that it overrides shows
             summary = train(env_id, cfg, args.results_dir, show_plot=not args.no_plot,
-                            cluster=cluster)
+                            cluster=cluster,
+                            preamble=config_module.describe_preset(env_id, cfg.sync_updates))
     except (UsageError, cluster_module.ClusterError) as exc:  # the input, cluster files too
         tell(sys.stderr, f"a3c.py: error: {exc}")
         return 2

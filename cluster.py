@@ -2,7 +2,7 @@
 and `--cluster local:N`, which starts and supervises a whole cluster on this machine.
 
 TensorFlow's own distributed runtime carries everything (tf.compat.v1.train.Server, ClusterSpec,
-replica_device_setter); a3c.py builds the A3C graphs on it. What lives here is not A3C: reading a
+replica_device_setter); remote.py builds the A3C graphs on it. What lives here is not A3C: reading a
 cluster file, free loopback ports, the ps task's loop, the control variables every process reads,
 and the launcher that starts the ps and worker processes and makes sure none outlives it.
 
@@ -175,7 +175,7 @@ def free_loopback_ports(count: int) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
-# The shared control state (TensorFlow from here on: imported by a3c.py before these are used)
+# The shared control state (TensorFlow from here on: imported by sessions.py before these are used)
 # ---------------------------------------------------------------------------------------------
 
 class Control(typing.NamedTuple):

@@ -217,7 +217,6 @@ class Config:
                 raise ValueError(f"{name} needs one or more layer sizes >= 1, got {sizes}")
 
 
-
 # What every Atari game shares: the A3C paper's setup, except the trunk, rollout length, rate and
 # clip. The runs behind each value: docs/config.md, ATARI.
 ATARI = dict(

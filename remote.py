@@ -54,8 +54,7 @@ class RemoteGlobal:
             # that carries its feeds and brings its fetches back, instead of one RPC per tensor
             # between this worker task and the ps.
             ps_0 = "/job:ps/task:0"
-            with v1.device(ps_0):
-                self.lr_fraction = v1.placeholder(tf.float32, [], "lr_fraction")
+            self.lr_fraction = self.net.lr_fraction  # (on ps task 0, as every op but a variable)
             self.grads = []
             for group in groups:
                 grads = []
@@ -386,7 +385,8 @@ class ChiefLink:
     that stop pushing; and, at the end, tell the others that the run is over."""
 
     def __init__(self, remote: RemoteGlobal, local_shared: list):
-        """Built in the chief's own graph (its global net, slots and counter: local_shared)."""
+        """Built in the chief's own graph; local_shared: its variables, of which the global net
+        and its slots (global/...) are the ps's too."""
         self.remote = remote
         local = {v.op.name: v for v in local_shared if v.op.name.startswith("global/")}
         on_ps = {v.op.name: v for v in remote.variables if v.op.name.startswith("global/")}

@@ -17,9 +17,9 @@ def build_session(spec, cfg, cluster=False):
     return sess, global_net, worker_nets
 
 
-def checkpoints_and_best(run_dir, cfg, env_id, global_net, spec):
+def checkpoints_and_best(run_dir, cfg, env_id, global_net, spec, copy_lock=None):
     """A run's Checkpoints and BestCheckpoint, built into the default graph as train builds them."""
     saved = checkpoints.Checkpoints(run_dir, cfg, env_id)
     best = best_agent.BestCheckpoint(saved.folder, global_net, a3c.ACNet("best_candidate", spec, cfg),
-                                     spec, cfg, env_id, saved.env_id_variable)
+                                     spec, cfg, env_id, saved.env_id_variable, copy_lock)
     return saved, best

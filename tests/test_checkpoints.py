@@ -667,7 +667,7 @@ def test_a_checkpoint_written_before_rmsprop_slots_were_saved_still_resumes(trai
     assert any("RMSProp" in name for name, _ in sessions.v1.train.list_variables(resumed))
 
 
-def best_agent_fixture(tmp_path, **overrides):
+def best_agent_fixture(tmp_path, copy_lock=None, **overrides):
     """A graph whose global net plays PickOne-v0 (return 1 or 0 by which logit is larger), its
     Checkpoints, a session and an EpisodeLog to feed mean-100s by hand."""
     import config as config_module
@@ -680,7 +680,7 @@ def best_agent_fixture(tmp_path, **overrides):
     graph = sessions.tf.Graph()
     with graph.as_default():
         global_net, _ = a3c.build_graph(spec, cfg)
-        _, best = checkpoints_and_best(str(tmp_path), cfg, env_id, global_net, spec)
+        _, best = checkpoints_and_best(str(tmp_path), cfg, env_id, global_net, spec, copy_lock)
         init = sessions.v1.global_variables_initializer()
     sess = sessions.v1.Session(graph=graph)
     sess.run(init)
@@ -891,7 +891,8 @@ def test_the_candidate_is_copied_only_between_sync_rounds(tmp_path):
     """--sync gives the copy its rounds' lock (train does: test_sync checks it), which the last
     worker of a round holds while it applies the round's update; a round that does not end
     within the copy's wait leaves the copy to be asked for again."""
-    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    round_lock = threading.Condition()
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path, round_lock)
     try:
         applying, applied = threading.Event(), threading.Event()
 
@@ -899,8 +900,7 @@ def test_the_candidate_is_copied_only_between_sync_rounds(tmp_path):
             applying.set()
             return applied.wait(10)
 
-        rounds = a3c.UpdateRound(1, apply)
-        best.copy_lock = rounds.condition
+        rounds = a3c.UpdateRound(1, apply, round_lock)
         prefer(1)
         play([1.0] * 100)
         worker = threading.Thread(target=rounds.join, args=(sessions.v1.train.Coordinator(), 1.0))

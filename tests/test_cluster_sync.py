@@ -191,6 +191,41 @@ def test_a_sync_round_with_a_process_twice_and_another_missing_is_refused(sync_p
         np.testing.assert_array_equal(old, new)
 
 
+def test_once_the_chiefs_last_collection_fails_its_checkpoints_keep_the_copy_it_had(
+        sync_processes):
+    """The chief's saves bring the ps's net home first (ChiefLink.download); once the end's
+    collection has failed (the ps is going or gone), they save the last copy there is and ask
+    the ps nothing more."""
+    processes = sync_processes
+    fresh_rounds(processes)
+    chief, sess = processes[0]["remote"], processes[0]["sess"]
+    with sess.graph.as_default():
+        link = remote.ChiefLink(chief, tf.compat.v1.global_variables())
+    rng = np.random.default_rng(8)
+
+    def put_random_params():
+        values = [rng.normal(size=p.shape).astype(np.float32) for p in chief.net.params]
+        chief.put_params(values)
+        return values
+
+    fetched = put_random_params()
+    link.download(sess)  # as a save does while the run goes on
+    for mine, value in zip(sess.run(processes[0]["global_net"].params), fetched):
+        np.testing.assert_array_equal(mine, value)
+
+    class BrokenLog:  # the collection fails part-way, as with a ps that stops answering
+        def record(self, *args, **kwargs):
+            raise OSError("the collection broke")
+        count_to = record
+    link.silent.add(1)  # (so that finish does not wait for worker process 1's last episodes)
+    with pytest.raises(OSError):
+        link.finish(sess, BrokenLog())
+    put_random_params()
+    link.download(sess)  # the final save's: nothing more from the ps
+    for mine, value in zip(sess.run(processes[0]["global_net"].params), fetched):
+        np.testing.assert_array_equal(mine, value)
+
+
 @pytest.fixture(scope="module")
 def sync_worker_lost(tmp_path_factory):
     """local:2 --sync on Pendulum with no budget: once worker process 1's episodes reach the

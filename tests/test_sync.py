@@ -149,6 +149,11 @@ def test_a_stop_releases_every_waiter_without_an_update():
 
 def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path, monkeypatch):
     locks, prepare, save = [], best_agent.BestCheckpoint.prepare, checkpoints.Checkpoints.save
+    round_locks, make_round = [], a3c.UpdateRound.__init__
+
+    def make_round_and_record(rounds, *args, **kwargs):
+        make_round(rounds, *args, **kwargs)
+        round_locks.append(rounds.condition)
 
     def prepare_and_record(best, sess):
         locks.append(best.copy_lock)
@@ -158,12 +163,15 @@ def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path, monkeypatch):
         locks.append(checkpoints.save_lock)
         save(checkpoints, sess, env_steps)
 
+    monkeypatch.setattr(a3c.UpdateRound, "__init__", make_round_and_record)
     monkeypatch.setattr(best_agent.BestCheckpoint, "prepare", prepare_and_record)
     monkeypatch.setattr(checkpoints.Checkpoints, "save", save_and_record)
     summary, console = train("CartPole-v1", tmp_path, sync_updates=True, max_episodes=60)
-    # the best agent is copied, and checkpoints saved, under the rounds' lock: between rounds,
-    # never during an update
-    assert len(locks) >= 2 and all(isinstance(lock, threading.Condition) for lock in locks)
+    # the best agent is copied, and checkpoints saved, under the rounds' own lock: between
+    # rounds, never during an update
+    (round_lock,) = round_locks
+    assert isinstance(round_lock, threading.Condition)
+    assert len(locks) >= 2 and all(lock is round_lock for lock in locks)
     assert "x 2 envs, synchronous updates (A2C)" in console.splitlines()[0]
     rows = read_rows(summary["run_dir"])
     assert len(rows) == 61 and summary["episodes"] == 60

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import a3c
+import best_agent
 import checkpoints
 import console
 import environments
@@ -244,9 +245,12 @@ def run_cli(argv, capsys):
 
 
 def refused(argv, capsys, *words):
-    """The command line refuses argv: exit status 2 and one line of error naming every word."""
-    code, err = run_cli(argv, capsys)
-    assert code == 2
+    """The command line refuses argv: exit status 2 and one line of error naming every word,
+    and nothing else (not the preset line a run starts with)."""
+    code = a3c.main(argv)
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2 and captured.out == "", captured.out
     assert len(err.splitlines()) == 1, err
     for word in words:
         assert word in err
@@ -323,6 +327,22 @@ def test_cli_runs_a_job_and_a_worker_error_exits_non_zero(capsys, tmp_path):
                         capsys)
     assert code == 1
     assert "worker_1" in err and "the simulator crashed" in err
+
+
+def test_a_failing_best_agent_trial_stops_the_run_naming_it_and_the_run_is_kept(tmp_path,
+                                                                               monkeypatch):
+    """The trials' thread runs beside the workers under the same Coordinator: what it raises
+    stops the run as a worker's error does, with the checkpoint and the CSV written."""
+    def broken(best, sess, coord, log, schedule):
+        raise RuntimeError("the trial envs broke")
+    monkeypatch.setattr(best_agent.BestCheckpoint, "run_trials", broken)
+    with pytest.raises(console.WorkerError, match="the best-agent trials raised RuntimeError: "
+                                                  "the trial envs broke"):
+        train("CartPole-v1", tmp_path, max_episodes=10**6)
+    (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
+    assert checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
+    assert read_rows(run_dir)[0][0] == "worker"
+    assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
 
 
 def test_flags_and_set_mean_the_same_and_zero_budgets_mean_no_limit():
