@@ -1041,7 +1041,7 @@ def parse_args(argv):
 
 RESUMABLE_FIELDS = ("max_episodes", "max_steps", "log_every_s", "checkpoint_every_s",
                     "best_checkpoint_every_s", "best_trial_episodes", "best_trial_cpu_share",
-                    "keep_checkpoints", "pin_threads", "anneal_lr", "atari_threads")
+                    "keep_checkpoints", "pin_threads", "anneal_lr", "anneal_steps", "atari_threads")
 
 # the config field each shortcut flag sets: --max-steps N is --set max_steps=N
 FLAG_FIELDS = {"workers": "--workers", "max_episodes": "--max-episodes",

@@ -3,6 +3,7 @@ deterministic policy (GreedyPlayer) on trial episodes of their own, and the best
 checkpoints/best/; also --eval's episodes and --record's episode.gif."""
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -12,7 +13,7 @@ import typing
 
 import numpy as np
 
-from checkpoints import CHECKPOINT_FOLDER, ENV_ID_VARIABLE, adopt_checkpoints, latest_checkpoint, write_atomically
+from checkpoints import CHECKPOINT_FOLDER, ENV_ID_VARIABLE, latest_checkpoint, write_atomically
 from config import Config
 from console import UsageError, attempt, first_line, warn
 from environments import EnvSpec, make_envs
@@ -61,17 +62,14 @@ class BestCheckpoint:
                                         initializer=v1.zeros_initializer()) for v in net]
         self.take_candidate = tf.group(*[c.assign(v) for c, v in zip(candidate, net)])
         self.promote = tf.group(*[s.assign(c) for s, c in zip(snapshot, candidate)])
-        # stored under the net's own names: --eval restores it like any checkpoint
+        # stored under the net's own names: --eval restores it like any checkpoint. The saver
+        # deletes nothing: write() removes the earlier best only once best.json names the new one
         stored = {v.op.name: s for v, s in zip(net, snapshot)}
         self.saver = v1.train.Saver(var_list={**stored, ENV_ID_VARIABLE: env_id_variable},
-                                    max_to_keep=1, save_relative_paths=True)
+                                    max_to_keep=None, save_relative_paths=True)
         self.trial_envs = (make_envs(env_id, cfg, cfg.best_trial_episodes, greedy=True)
                            if cfg.best_trial_episodes else None)
         self.on_disk = read_best_info(self.folder)  # what best/ holds now (None: nothing)
-        try:  # whatever best/ holds, labelled or not, so that the next write replaces it
-            adopt_checkpoints(self.saver, self.folder)
-        except Exception:  # an unreadable index: the next write makes a new one
-            pass
         self.unwritten = None  # the label of a best not yet on disk (its write failed)
         self.pending = None    # the label of a candidate copied but not yet tried
         self.trial_episodes = cfg.best_trial_episodes
@@ -223,15 +221,24 @@ class BestCheckpoint:
         return float(returns.mean())
 
     def write(self, sess) -> bool:
-        """Write the best not yet on disk; True if it did."""
+        """Write the best not yet on disk; True if it did. At every instant best/ holds a whole,
+        labelled best agent: the new one's files first (never over the files best.json names),
+        then best.json, replaced in one step, then the earlier agents' files are removed."""
         if self.unwritten is None:
             return False
         os.makedirs(self.folder, exist_ok=True)  # the Saver makes no folders of its own
-        path = self.saver.save(sess, os.path.join(self.folder, "model"),
-                               global_step=self.unwritten["env_steps"], write_meta_graph=False)
+        name = f"model-{self.unwritten['env_steps']}"
+        labelled = self.on_disk["checkpoint"] if self.on_disk else None
+        if name == labelled:  # a best taken at the same env step count as the one on disk
+            name += "-again"
+        path = self.saver.save(sess, os.path.join(self.folder, name), write_meta_graph=False)
         info = {**self.unwritten, "checkpoint": os.path.basename(path)}
         write_atomically(os.path.join(self.folder, BEST_INFO), json.dumps(info))
         self.on_disk, self.unwritten = info, None
+        for index in glob.glob(os.path.join(self.folder, "model-*.index")):
+            earlier = index[:-len(".index")]
+            if os.path.basename(earlier) != info["checkpoint"]:
+                attempt("remove an earlier best checkpoint", v1.train.remove_checkpoint, earlier)
         return True
 
     def close(self) -> None:
@@ -347,10 +354,10 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
         except UsageError:  # a short run, one written before best checkpoints, or a first best
             # write cut short
             return latest_checkpoint(folder), "the latest checkpoint (the run has no best one)"
-        info = read_best_info(best_folder)
-        if info is None or info["checkpoint"] != os.path.basename(path):
-            return path, "the best checkpoint (its best.json describes another one)"
-        return path, f"the best checkpoint ({describe_best(info)})"
+        info = read_best_info(best_folder)  # the agent it names is whole (see BestCheckpoint.write)
+        if info is None:
+            return path, "the best checkpoint (no best.json describes it)"
+        return os.path.join(best_folder, info["checkpoint"]), f"the best checkpoint ({describe_best(info)})"
     if os.path.isdir(which):  # a checkpoint folder, such as the summary's best/
         return latest_checkpoint(which), which
     if not os.path.exists(which + ".index"):

@@ -192,7 +192,13 @@ def checkpoint_note(run_dir: str) -> str:
 def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int) -> RunHistory:
     """Where a run resumed from a checkpoint of checkpoint_steps env steps goes on: its
     episodes, its env step count (the checkpoint's, or further if the CSV recorded episodes
-    after it), and the learning rate it had annealed to. UsageError if its budget is spent."""
+    after it), and where its learning rates go on from. UsageError if its budget is spent, or
+    if its rates are annealed to nothing and stay there (it would learn nothing more).
+
+    An annealed run whose schedule is made longer (a larger budget, or anneal_steps) goes on
+    where a run started with the longer schedule would be now: a doubled budget resumes at half
+    the base rates and falls to 0 at its new end, also after the shorter schedule reached 0.
+    Otherwise it goes on from the rate it had reached, falling to 0 at its end."""
     try:
         rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
     except (OSError, KeyError, ValueError) as exc:
@@ -204,19 +210,23 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
         raise UsageError(f"{run_dir} already used its budget (max_episodes={cfg.max_episodes}, "
                          f"max_steps={cfg.max_steps}); raise --max-episodes or --max-steps")
     before = config_module.from_dict(earlier["config"])  # the budget of the part that ran last
+    used_before = anneal_used(before, episodes, finished_steps, env_steps)
+    used = anneal_used(cfg, episodes, finished_steps, env_steps)
     reached = 1.0
     if before.anneal_lr:
         last_start = earlier.get("resumed", [{}])[-1].get("anneal_start", {})
-        reached = annealed_fraction(
-            anneal_used(before, episodes, finished_steps, env_steps),
-            AnnealStart(**last_start))
-    used = anneal_used(cfg, episodes, finished_steps, env_steps)
+        reached = annealed_fraction(used_before, AnnealStart(**last_start))
+        if cfg.anneal_lr and used < used_before:  # a longer schedule
+            reached = max(reached, 1.0 - used)
     starts_at = reached if used < 1 else 0.0  # past anneal_steps it is 0 whatever was reached
     if cfg.anneal_lr and starts_at < 0.01:
+        longer = (f"--set anneal_steps=N, with N past its {env_steps:,} env steps"
+                  if cfg.anneal_steps else "--max-episodes or --max-steps")
         raise UsageError(f"{run_dir}'s learning rates are annealed to {starts_at:.1%} of their "
-                         f"base, so it would learn nothing more; resume it with --set "
-                         f"anneal_lr=false to train on at the base rates (a jump that can "
-                         f"undo what was learned: copy the run folder first), or start a new run")
+                         f"base, so it would learn nothing more; make its schedule longer "
+                         f"({longer}), or resume it with --set anneal_lr=false to train on at "
+                         f"the base rates (a jump that can undo what was learned: copy the run "
+                         f"folder first)")
     return RunHistory(rows, env_steps, AnnealStart(reached, used))
 
 

@@ -397,42 +397,59 @@ def test_a_resumed_part_draws_new_seeds_for_its_envs_and_graph(tmp_path, capsys)
     assert resumed["seed"] * 1000 in second
 
 
-def test_resume_continues_the_anneal_from_where_the_run_left_it(tmp_path, capsys):
+def test_resume_continues_the_anneal_on_the_schedule_of_its_budget(tmp_path, capsys):
+    """A run resumed with a longer budget goes on where a run started with that budget would
+    be: a finished run (its rate at 0) given twice the episodes resumes at half the base rate.
+    The refusal stays only where the rate would stay at 0: a schedule of anneal_steps already
+    past, which a larger budget does not lengthen."""
     summary, _ = train("A3CTest/Countdown-v0", tmp_path, max_episodes=40, anneal_lr=True)
     run_dir = summary["run_dir"]
-    before = {name: open(os.path.join(run_dir, name)).read() for name in ("config.json", "episodes.csv")}
-    # its rate reached 0 with its budget: a larger budget would train nothing, so it is refused
-    refused(["--resume", run_dir, "--max-episodes", "80", "--no-plot"], capsys,
-            "annealed to 0.0% of their base", "--set anneal_lr=false")
-    # so is switching annealing on past an anneal_steps horizon
+    half_way = str(copy_run(run_dir, tmp_path / "half-way"))
     constant_rate = str(copy_run(run_dir, tmp_path / "constant-rate"))
     with open(os.path.join(constant_rate, "config.json")) as f:
         constant = json.load(f)
     constant["config"].update(anneal_lr=False, anneal_steps=10)
     with open(os.path.join(constant_rate, "config.json"), "w") as f:
         json.dump(constant, f)
+    before = {name: open(os.path.join(constant_rate, name)).read()
+              for name in ("config.json", "episodes.csv")}
     refused(["--resume", constant_rate, "--max-episodes", "120", "--no-plot",
-             "--set", "anneal_lr=true"], capsys, "annealed to 0.0% of their base")
-    assert before == {name: open(os.path.join(run_dir, name)).read() for name in before}
+             "--set", "anneal_lr=true"], capsys, "annealed to 0.0% of their base",
+            "--set anneal_steps=N", "--set anneal_lr=false")
+    assert before == {name: open(os.path.join(constant_rate, name)).read() for name in before}
 
-    # as if the same run had been stopped half-way through a budget of 80 episodes
-    with open(os.path.join(run_dir, "config.json")) as f:
+    def used_of(budget, folder):  # the anneal's progress under that budget, where it stopped
+        rows = runlog.read_episodes(os.path.join(folder, "episodes.csv"))
+        steps = checkpoints.latest_checkpoint(os.path.join(folder, checkpoints.CHECKPOINT_FOLDER))
+        steps = max(int(steps.rsplit("-", 1)[1]), int(rows["env_steps"][-1]))
+        cfg = dataclasses_replace(checkpoints.read_run(folder)[1], max_episodes=budget)
+        return runlog.anneal_used(cfg, len(rows["episode"]), int(rows["length"].sum()), steps)
+
+    def resumed_at(folder, budget):
+        assert a3c.main(["--resume", folder, "--max-episodes", str(budget), "--no-plot"]) == 0
+        out = capsys.readouterr().out
+        with open(os.path.join(folder, "config.json")) as f:
+            return out, json.load(f)["resumed"][-1]["anneal_start"]
+
+    used = used_of(80, run_dir)
+    assert 0.5 <= used < 0.6
+    out, start = resumed_at(run_dir, 80)  # finished at rate 0; twice the budget
+    assert f"learning rates at {1 - used:.0%} of their base" in out
+    assert start == pytest.approx({"lr_fraction": 1 - used, "budget_used": used})
+
+    # as if the run had been stopped half-way through a budget of 80 episodes: resumed with
+    # 160, it goes on at the rate a run of 160 episodes has there, not at 80's
+    with open(os.path.join(half_way, "config.json")) as f:
         saved = json.load(f)
     saved["config"]["max_episodes"] = 80
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
+    with open(os.path.join(half_way, "config.json"), "w") as f:
         json.dump(saved, f)
-    rows = runlog.read_episodes(os.path.join(run_dir, "episodes.csv"))
-    steps = checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER)).rsplit("-", 1)[1]
-    steps = max(int(steps), int(rows["env_steps"][-1]))
-    saved_cfg = checkpoints.read_run(run_dir)[1]
-    used_of_80 = runlog.anneal_used(saved_cfg, 40, int(rows["length"].sum()), steps)
-    assert 0.4 < used_of_80 < 0.75 and saved_cfg.max_episodes == 80
-    assert a3c.main(["--resume", run_dir, "--max-episodes", "160", "--no-plot"]) == 0
-    assert f"learning rates at {1 - used_of_80:.0%} of their base" in capsys.readouterr().out
-    with open(os.path.join(run_dir, "config.json")) as f:
-        start = json.load(f)["resumed"][0]["anneal_start"]
-    assert start["lr_fraction"] == pytest.approx(1 - used_of_80), "not the ~0.75 of a new schedule"
-    assert start["budget_used"] == pytest.approx(used_of_80 / 2)
+    used = used_of(160, half_way)
+    assert 0.25 <= used < 0.3
+    out, start = resumed_at(half_way, 160)
+    assert f"learning rates at {1 - used:.0%} of their base" in out
+    assert start == pytest.approx({"lr_fraction": 1 - used, "budget_used": used}), \
+        "not the ~0.5 where the budget of 80 had got to"
 
 
 def test_the_worker_trains_at_the_annealed_rate_the_log_gives(tmp_path):
@@ -752,6 +769,39 @@ def test_the_best_checkpoint_is_the_candidate_that_played_best_in_its_trials(tmp
     best.try_final(sess, log)  # the final net plays 0 as well: best/ stays
     assert on_disk()[0]["episode"] == 102
     assert len(glob.glob(os.path.join(best.folder, "model-*.index"))) == 1, "only the best is kept"
+    close()
+
+
+def test_a_kill_between_the_best_agents_files_and_its_label_leaves_the_earlier_best_whole(
+        tmp_path, monkeypatch):
+    """best.json names a whole checkpoint at every instant: a write cut off after the new agent's
+    files (a kill: here best.json's replacement fails) leaves the earlier agent and its label,
+    which --eval plays and a resumed run keeps; the next write removes the orphan."""
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    prefer(0)
+    play([1.0] * 100)
+    assert best.try_candidate(sess, log, never)
+    first, _ = on_disk()
+
+    def killed(path, text):
+        raise OSError("killed before best.json was replaced")
+    monkeypatch.setattr(best_agent, "write_atomically", killed)
+    prefer(1)
+    play([50.0])
+    best.try_candidate(sess, log, never)  # its write fails after the files (a warning)
+    assert best_agent.read_best_info(best.folder) == first, "the earlier best, still labelled"
+    path, _ = best_agent.pick_checkpoint(str(tmp_path), "best")
+    assert os.path.basename(path) == first["checkpoint"]
+    bias = sessions.v1.train.load_variable(path, "global/actor/logits/b")
+    np.testing.assert_array_equal(bias, [5.0, 0.0])  # what --eval plays: the labelled agent
+
+    monkeypatch.undo()
+    play([60.0])
+    assert best.try_candidate(sess, log, never)
+    info, stored_bias = on_disk()
+    np.testing.assert_array_equal(stored_bias, [0.0, 5.0])
+    assert glob.glob(os.path.join(best.folder, "model-*.index")) == [
+        os.path.join(best.folder, info["checkpoint"] + ".index")], "the earlier ones are removed"
     close()
 
 
