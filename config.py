@@ -63,7 +63,8 @@ class Config:
     """Critic learning rate (tuned here; the classic tutorial: 1e-3)."""
     scale_lr_with_workers: bool = False
     """Divide both learning rates by sqrt(workers), the chief's on a cluster (a practitioners'
-    rule of thumb; the study found it worse: docs/config.md)."""
+    rule of thumb; the study found it worse: docs/config.md). Refused with sync_updates, where a
+    round makes one update however many workers push."""
     sync_updates: bool = False
     """A2C instead of A3C (--sync, which also applies SYNC_PRESETS): each round applies one clipped
     step of all workers' mean gradient, and every worker pulls the result (docs/config.md)."""
@@ -162,6 +163,10 @@ class Config:
             value = getattr(self, field.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{field.name} must be a finite number, got {value}")
+        if self.sync_updates and self.scale_lr_with_workers:  # its reason does not hold there
+            raise ValueError("scale_lr_with_workers divides the rates by sqrt(workers) because more "
+                             "workers push more often; with sync_updates (--sync) a round makes one "
+                             "update whatever the workers: drop one of the two")
         if not 0 <= self.seed < 2 ** 32:
             raise ValueError(f"seed must be in [0, 2**32 - 1], got {self.seed}")
         positive_ints = ("workers", "envs_per_worker", "n_steps", "keep_checkpoints", "atari_threads",

@@ -66,6 +66,9 @@ def test_atari_envs_give_uint8_frame_stacks_and_the_final_frames_of_a_cut_game()
     assert spec.discrete and spec.n_actions == 6
     obs = envs.reset([5, 6])
     assert obs.shape == (2, 4, side, side) and obs.dtype == np.uint8
+    # what the README says of a game's start: the stack holds the first frame and zeros before
+    # it (gymnasium's FrameStack would repeat the first frame)
+    assert np.all(obs[:, :3] == 0) and np.all(obs[:, 3].max(axis=(1, 2)) > 0)
     for step in range(1, 31):
         next_obs, rewards, terminated, truncated = envs.step(np.array([0, 0]))
         assert rewards.dtype == np.float64 and not np.any(terminated)
@@ -77,7 +80,7 @@ def test_atari_envs_give_uint8_frame_stacks_and_the_final_frames_of_a_cut_game()
     for k in range(2):
         first = envs.restart(k)
         assert not np.array_equal(first, next_obs[k]), "the final frames, not the new game's"
-        assert np.all(first[:3] == first[3]) or np.all(first[:3] == 0), "a fresh stack"
+        assert np.all(first[:3] == 0) and first[3].max() > 0, "a fresh stack, zero-padded"
     envs.close()
 
 
