@@ -33,6 +33,9 @@ CHIEF_WAIT_S = 300.0     # how long a non-chief worker process waits for the chi
 WORKER_SILENCE_S = 6.0   # the chief reports a worker process that has not pushed for this long
 STOP_GRACE_S = 60.0      # a stopped cluster process exits by force after this long
 LAUNCHER_GRACE_S = 90.0  # the launcher's wait for the chief to finish after a stop, then SIGKILL
+PS_ORPHAN_S = 75.0       # a local:N ps whose launcher died serves on this long at most for the
+                         # chief's final saves (the chief exits by force after STOP_GRACE_S)
+LAUNCHER_GONE = getattr(signal, "SIGUSR1", None)  # a local:N ps's parent-death signal (run_ps)
 EPISODE_QUEUE_CAPACITY = 100_000
 
 # run/control on ps task 0, int64: what the chief tells every other process; RUN_ID is drawn
@@ -338,7 +341,15 @@ class ChiefWatch:
 
 def run_ps(tf, cluster: Cluster, say) -> int:
     """A ps task: serve the variables until the chief shuts the run down (0) or goes silent or
-    a ps task it depends on goes away (1). Server.join() would block forever."""
+    a ps task it depends on goes away (1). Server.join() would block forever.
+
+    The ps of --cluster local:N gets LAUNCHER_GONE when its launcher dies (even by SIGKILL),
+    while the worker processes get SIGTERM: it serves on until the chief, stopping, has brought
+    the run home and shut it down, or goes silent (PS_ORPHAN_S at most; at once if no chief has
+    opened a run), so that the chief's last collection and checkpoint find it there."""
+    orphaned = []
+    if LAUNCHER_GONE is not None:
+        signal.signal(LAUNCHER_GONE, lambda signum, frame: orphaned.append(time.time()))
     server = start_server(tf, cluster)
     graph = tf.Graph()
     with graph.as_default():
@@ -356,6 +367,10 @@ def run_ps(tf, cluster: Cluster, say) -> int:
         if state == "silent":
             say(f"ps: the chief (worker task 0) has been silent for {PS_CHIEF_SILENCE_S:.0f} s; "
                 f"stopping (resume the run from the chief's last checkpoint)")
+            return 1
+        if orphaned and (state == "waiting" or time.time() - orphaned[0] > PS_ORPHAN_S):
+            say("ps: the cluster's launcher is gone and the chief did not shut the run down; "
+                "stopping (resume the run from the chief's last checkpoint)")
             return 1
         time.sleep(0.5)
 
@@ -379,16 +394,18 @@ def without_flags(argv: list, flags: tuple) -> list:
     return kept
 
 
-def parent_death_signal():
-    """For a child, between fork and exec: SIGTERM when the launcher dies, even by SIGKILL
+def parent_death_signal(signum=signal.SIGTERM):
+    """For a child, between fork and exec: signum when the launcher dies, even by SIGKILL
     (Linux's PR_SET_PDEATHSIG; elsewhere nothing). libc is loaded here, in the parent: a child
     of a threaded process must not load libraries."""
+    if signum is None:
+        return None
     try:
         import ctypes
         prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    return lambda: prctl(1, int(signal.SIGTERM))
+    return lambda: prctl(1, int(signum))
 
 
 def launch_local(script: str, argv: list, workers: int, say, sync: bool = False) -> int:
@@ -402,13 +419,15 @@ def launch_local(script: str, argv: list, workers: int, say, sync: bool = False)
     base = [sys.executable, script, *without_flags(argv, ("--cluster", "--job", "--task")),
             "--cluster", json.dumps(spec)]
     children = {}  # (job, task) -> Popen
-    die_with_parent = parent_death_signal()
+    # if the launcher dies, the workers stop (the chief saves its checkpoint) and the ps serves
+    # them until the chief has shut the run down (run_ps)
+    die_with_parent = {"worker": parent_death_signal(), "ps": parent_death_signal(LAUNCHER_GONE)}
 
     def start(job, task):
         quiet = not (job == "worker" and task == 0)  # one progress line: the chief's
         children[job, task] = subprocess.Popen(
             [*base, "--job", job, "--task", str(task)], start_new_session=True,
-            stdout=subprocess.DEVNULL if quiet else None, preexec_fn=die_with_parent)
+            stdout=subprocess.DEVNULL if quiet else None, preexec_fn=die_with_parent[job])
 
     stopping = []
 

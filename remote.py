@@ -102,6 +102,7 @@ class RemoteGlobal:
         # round cannot put older parameters back after it
         self.local_params_lock = threading.RLock()  # (a checkpoint's save holds it to download)
         self.round_seconds, self.last_round_at = deque(maxlen=20), None  # the chief's, recent
+        self.rounds_applied = 0  # the chief's: rounds whose update it has applied
         if not cfg.sync_updates:
             flat = [g for group in self.grads for g in group]
             self.push = session_callable(self.sess, push, [*flat, self.lr_fraction, self.counts])
@@ -233,11 +234,18 @@ class RemoteGlobal:
                     raise RuntimeError(f"a synchronous round's arrivals came from worker "
                                        f"processes {sorted(tasks.tolist())}, not each of 0-{processes - 1} "
                                        f"once; nothing of it was applied")
-                answer = apply(np.float32(workers_each.sum()), lr_fraction)
-                now = time.time()
-                if self.last_round_at is not None:  # (the first one waited for the others to join)
-                    self.round_seconds.append(now - self.last_round_at)
-                self.last_round_at = now
+                # the update and its put under the lock the chief's saves download the ps's net
+                # in: a checkpoint never holds variables of two rounds
+                with self.local_params_lock:
+                    token, *params = apply(np.float32(workers_each.sum()), lr_fraction)
+                    self.rounds_applied += 1
+                    now = time.time()
+                    if self.last_round_at is not None:  # (the first waited for the others to join)
+                        self.round_seconds.append(now - self.last_round_at)
+                    self.last_round_at = now
+                    if token == 1:
+                        put(*params)
+                return token == 1
             token, *params = answer
             if token != 1:
                 return False
@@ -420,7 +428,7 @@ class ChiefLink:
             self.read_state = [control.totals, control.pushes, control.finished]
         self.param_positions = [names.index(n) for n in self.params]
         self.last_pushes, self.last_change, self.silent = None, {}, set()
-        self.rounds_moved, self.told_waiting = time.time(), False  # --sync: see check_rounds
+        self.first_arrival, self.told_waiting = None, False  # --sync: see check_rounds
         self.next_param_sync = 0.0
         self.heart_stops = threading.Event()
         self.heart = None
@@ -512,43 +520,41 @@ class ChiefLink:
     def check_rounds(self, pushes, finished, now: float, say) -> None:
         """--sync: every round needs every worker process's gradients, so one that stops sending
         them stalls the run. It ends (WorkerError, with its checkpoint) at once when a worker
-        process says it has stopped; when one that had sent before is behind the others and
-        nothing has moved for WORKER_SILENCE_S, or five of the slowest recent rounds if longer;
-        when every process has arrived and still no round came for as long; and after
-        CHIEF_WAIT_S for one that never joined. (pushes: arrivals so far, per worker process.)"""
+        process says it has stopped; when one that had sent before has not arrived in the round
+        under way for WORKER_SILENCE_S (or five of the slowest recent rounds, if longer) after
+        another process arrived in it; and after CHIEF_WAIT_S for one that never joined. While
+        no process has arrived in the round under way, every one is playing its rollout: that is
+        no silence, however long it takes. (pushes: arrivals so far, per worker process.)"""
         gone = [task for task in range(1, len(pushes)) if finished[task]]
         if gone:
             self.silent.update(gone)
             raise WorkerError(f"worker process {', '.join(map(str, gone))} has stopped, and a "
                               f"synchronous round needs every worker process, so the run stops "
                               f"here; {resume_hint()}")
-        if self.last_pushes is None or (pushes != self.last_pushes).any():
-            self.last_pushes, self.rounds_moved = pushes, now
-            return
-        waited = now - self.rounds_moved
-        patience = max([cluster_module.WORKER_SILENCE_S, *(5 * t for t in self.remote.round_seconds)])
+        applied = self.remote.rounds_applied
         # the chief's own workers are not waited for here: they are in this process
-        behind = [task for task in range(1, len(pushes)) if pushes[task] < pushes.max()]
+        behind = [task for task in range(1, len(pushes)) if pushes[task] <= applied]
+        if pushes.max() <= applied or not behind:  # the round under way has no one waiting yet
+            self.first_arrival = None
+            return
+        if self.first_arrival is None or self.first_arrival[0] != applied:
+            self.first_arrival = (applied, now)  # the first arrival seen in this round
+        waited = now - self.first_arrival[1]
+        patience = max([cluster_module.WORKER_SILENCE_S, *(5 * t for t in self.remote.round_seconds)])
         names = ", ".join(str(task) for task in behind)
-        if waited < patience:
-            return
-        if pushes.min() > 0 and (pushes == pushes.max()).all():  # every process has arrived
-            raise WorkerError(f"no synchronous round has been applied for {waited:.0f} s though "
-                              f"every worker process has sent its gradients; the run stops here; "
-                              f"{resume_hint()}")
-        if not behind:
-            return
         if any(pushes[task] for task in behind):
-            self.silent.update(behind)
-            raise WorkerError(f"worker process {names} has sent no gradients for {waited:.0f} s "
-                              f"and a synchronous round needs every worker process's, so the run "
-                              f"stops here; {resume_hint()}")
+            if waited >= patience:
+                self.silent.update(behind)
+                raise WorkerError(f"worker process {names} has sent no gradients for {waited:.0f} s "
+                                  f"while the others waited, and a synchronous round needs every "
+                                  f"worker process's, so the run stops here; {resume_hint()}")
+            return
         if waited >= cluster_module.CHIEF_WAIT_S:
             self.silent.update(behind)
             raise WorkerError(f"worker process {names} did not join within {waited:.0f} s; a "
                               f"synchronous run needs every worker process of the cluster: start "
                               f"each with the same cluster file (--job worker --task N)")
-        if not self.told_waiting:
+        if waited >= patience and not self.told_waiting:
             self.told_waiting = True
             say(f"the synchronous rounds wait for worker process {names} to join")
 

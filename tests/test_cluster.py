@@ -236,6 +236,37 @@ def test_a_port_in_use_is_refused_before_anything_is_written(job, tmp_path, caps
         assert not out.exists()
 
 
+def test_a_killed_launcher_leaves_no_process_and_its_ps_serves_the_chiefs_last_save(tmp_path):
+    """SIGKILL to the launcher of local:2: the worker processes get SIGTERM and stop as on
+    Ctrl-C, and the ps serves on until the chief has collected the last episodes and brought
+    the global net home for its final checkpoint; then every process is gone."""
+    folder, results = str(tmp_path), str(tmp_path / "results")
+    proc = launch([*PENDULUM, "--cluster", "local:2", "--results-dir", results,
+                   "--max-episodes", "0", "--max-steps", "100000000"], folder)
+    try:
+        def process_1_played():
+            assert proc.poll() is None, output(folder, "stderr")
+            found = csv_rows(results)
+            return found if found and (found[0]["process"] == 1).any() else None
+        _, run_dir = wait_for(process_1_played, 150, "episodes of worker process 1")
+        proc.kill()
+        killed = time.time()
+        wait_for(lambda: not processes_mentioning(results), 60, "every process of the cluster to end")
+        took = time.time() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in processes_mentioning(results):
+            os.kill(pid, signal.SIGKILL)
+    stderr, stdout = output(folder, "stderr"), output(folder, "stdout")
+    assert took < 40, stderr
+    assert "could not" not in stderr, "the chief's last collection and download reached the ps"
+    assert re.search(r"^interrupted: episodes", stdout, re.M), "the chief's clean stop"
+    rows = runlog.read_episodes(os.path.join(run_dir, "episodes.csv"))
+    checkpoint = checkpoints.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    assert int(checkpoint.rsplit("-", 1)[1]) >= rows["env_steps"].max()
+
+
 @pytest.fixture(scope="module")
 def chief_killed(tmp_path_factory):
     """A cluster file, one command per process; once worker process 1's episodes reach the

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import a3c
 import checkpoints
+import console
 import environments
 import networks
 import remote
@@ -176,6 +177,29 @@ def test_a_stop_releases_a_clusters_sync_round_without_an_update(sync_processes)
     assert not waiting.is_alive() and answers["other"] is False
 
 
+def test_a_clusters_sync_round_is_applied_only_while_no_checkpoint_downloads_the_ps(
+        sync_processes):
+    """The chief's saves download the ps's net and slots holding its local copy's lock; the
+    chief applies a round only under that lock, so a checkpoint never mixes two rounds."""
+    processes = sync_processes
+    fresh_rounds(processes)
+    rng = np.random.default_rng(11)
+    for process in processes:
+        store_random_gradients(process, rng, 0.01)
+    chief = processes[0]["remote"]
+    before = chief.sess.run(chief.params_now)
+    answers = {}
+    with chief.local_params_lock:  # as a save does while it downloads
+        rounds = threading.Thread(target=lambda: answers.update(run_rounds(processes)), daemon=True)
+        rounds.start()
+        time.sleep(2.0)  # both have arrived long since: only the lock holds the update back
+        for held, now in zip(before, chief.sess.run(chief.params_now)):
+            np.testing.assert_array_equal(held, now)
+    rounds.join(30)
+    assert answers == {0: True, 1: True}
+    assert any(not np.array_equal(a, b) for a, b in zip(before, chief.sess.run(chief.params_now)))
+
+
 def test_a_sync_round_with_a_process_twice_and_another_missing_is_refused(sync_processes):
     processes = sync_processes
     fresh_rounds(processes)
@@ -224,6 +248,35 @@ def test_once_the_chiefs_last_collection_fails_its_checkpoints_keep_the_copy_it_
     link.download(sess)  # the final save's: nothing more from the ps
     for mine, value in zip(sess.run(processes[0]["global_net"].params), fetched):
         np.testing.assert_array_equal(mine, value)
+
+
+def test_a_sync_cluster_waits_however_long_a_round_is_played_and_ends_when_one_is_silent(
+        sync_processes):
+    """Silence is a process that has not arrived in the round under way while another has:
+    after a round is applied every process plays its next rollout (equal arrival counts) for
+    as long as that takes (a CNN on a loaded host: over WORKER_SILENCE_S), which is no silence."""
+    processes = sync_processes
+    fresh_rounds(processes)
+    rng = np.random.default_rng(9)
+    for process in processes:
+        store_random_gradients(process, rng, 0.01)
+    assert run_rounds(processes) == {0: True, 1: True}  # a round applied: both have arrived
+    chief, sess = processes[0]["remote"], processes[0]["sess"]
+    with sess.graph.as_default():
+        link = remote.ChiefLink(chief, tf.compat.v1.global_variables())
+    said, applied, none_finished = [], chief.rounds_applied, np.zeros(2, np.int64)
+    # how long a process may keep the others waiting: WORKER_SILENCE_S, or longer after slow rounds
+    silence = max([cluster.WORKER_SILENCE_S, *(5 * t for t in chief.round_seconds)])
+    every_one_played = np.array([applied, applied])  # every arrival so far was applied
+    for waited in (0.0, 2 * silence, 10 * silence):  # every process plays its next rollout
+        link.check_rounds(every_one_played, none_finished, 1000.0 + waited, said.append)
+    link.check_rounds(np.array([applied + 1, applied]), none_finished, 2000.0, said.append)
+    link.check_rounds(np.array([applied + 1, applied]), none_finished, 2000.0 + silence / 2,
+                      said.append)  # the chief's workers arrived; process 1 plays on
+    with pytest.raises(console.WorkerError, match="worker process 1 has sent no gradients for"):
+        link.check_rounds(np.array([applied + 1, applied]), none_finished, 2000.0 + silence,
+                          said.append)
+    assert said == [] and link.silent == {1}
 
 
 @pytest.fixture(scope="module")
