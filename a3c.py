@@ -707,6 +707,9 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
         where += f"; resumed at {history.env_steps:,} env steps with seed {seed}"
         if cfg.anneal_lr:
             where += f", learning rates at {history.anneal_start.lr_fraction:.0%} of their base"
+            if history.reached is not None:  # a jump up, which can undo what was learned
+                where += (f" (a longer schedule's, up from the {history.reached:.0%} it had "
+                          f"reached; its best agent stays in checkpoints/best/ unless beaten)")
     if cluster is not None:
         where += (f"; the chief of a cluster of {len(cluster.spec['ps'])} ps and "
                   f"{len(cluster.spec['worker'])} worker processes")
@@ -1115,7 +1118,12 @@ def config_from_args(args) -> Config:
     """The env's preset with the command line's fields on top."""
     overrides = overrides_from_args(args)
     preset = config_module.config_for(args.env, sync=overrides.get("sync_updates", False))
-    return checked(dataclasses.replace(preset, **overrides))
+    cfg = checked(dataclasses.replace(preset, **overrides))
+    if cfg.sync_updates and cfg.scale_lr_with_workers:  # (a run saved so still reads back)
+        raise UsageError("bad config: scale_lr_with_workers divides the rates by sqrt(workers) "
+                         "because more workers push more often; with sync_updates (--sync) a "
+                         "round makes one update whatever the workers: drop one of the two")
+    return cfg
 
 
 def checked(cfg: Config) -> Config:

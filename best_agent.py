@@ -235,7 +235,7 @@ class BestCheckpoint:
         info = {**self.unwritten, "checkpoint": os.path.basename(path)}
         write_atomically(os.path.join(self.folder, BEST_INFO), json.dumps(info))
         self.on_disk, self.unwritten = info, None
-        for index in glob.glob(os.path.join(self.folder, "model-*.index")):
+        for index in glob.glob(os.path.join(glob.escape(self.folder), "model-*.index")):
             earlier = index[:-len(".index")]
             if os.path.basename(earlier) != info["checkpoint"]:
                 attempt("remove an earlier best checkpoint", v1.train.remove_checkpoint, earlier)
@@ -358,8 +358,9 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
         if info is None:
             return path, "the best checkpoint (no best.json describes it)"
         return os.path.join(best_folder, info["checkpoint"]), f"the best checkpoint ({describe_best(info)})"
-    if os.path.isdir(which):  # a checkpoint folder, such as the summary's best/
-        return latest_checkpoint(which), which
+    if os.path.isdir(which):  # a checkpoint folder, such as the summary's best/: what its
+        info = read_best_info(which)  # best.json names, where it has one
+        return (os.path.join(which, info["checkpoint"]) if info else latest_checkpoint(which)), which
     if not os.path.exists(which + ".index"):
         raise UsageError(f"--checkpoint {which}: no such checkpoint; give best, latest or a "
                          f"checkpoint's path without its suffix, e.g. {folder}/model-12000")

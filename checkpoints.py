@@ -3,6 +3,7 @@ RMSProp slots and env step count, and where a resumed run continues from."""
 from __future__ import annotations
 
 import datetime
+import math
 import json
 import os
 import threading
@@ -212,22 +213,23 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
     before = config_module.from_dict(earlier["config"])  # the budget of the part that ran last
     used_before = anneal_used(before, episodes, finished_steps, env_steps)
     used = anneal_used(cfg, episodes, finished_steps, env_steps)
-    reached = 1.0
+    reached = earlier_reached = 1.0
     if before.anneal_lr:
         last_start = earlier.get("resumed", [{}])[-1].get("anneal_start", {})
-        reached = annealed_fraction(used_before, AnnealStart(**last_start))
+        reached = earlier_reached = annealed_fraction(used_before, AnnealStart(**last_start))
         if cfg.anneal_lr and used < used_before:  # a longer schedule
             reached = max(reached, 1.0 - used)
     starts_at = reached if used < 1 else 0.0  # past anneal_steps it is 0 whatever was reached
     if cfg.anneal_lr and starts_at < 0.01:
-        longer = (f"--set anneal_steps=N, with N past its {env_steps:,} env steps"
+        longer = (f"--set anneal_steps=N, N at least {math.ceil(env_steps / 0.99):,}"
                   if cfg.anneal_steps else "--max-episodes or --max-steps")
         raise UsageError(f"{run_dir}'s learning rates are annealed to {starts_at:.1%} of their "
                          f"base, so it would learn nothing more; make its schedule longer "
                          f"({longer}), or resume it with --set anneal_lr=false to train on at "
                          f"the base rates (a jump that can undo what was learned: copy the run "
                          f"folder first)")
-    return RunHistory(rows, env_steps, AnnealStart(reached, used))
+    return RunHistory(rows, env_steps, AnnealStart(reached, used),
+                      earlier_reached if reached > earlier_reached + 1e-9 else None)
 
 
 def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,

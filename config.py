@@ -163,10 +163,6 @@ class Config:
             value = getattr(self, field.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{field.name} must be a finite number, got {value}")
-        if self.sync_updates and self.scale_lr_with_workers:  # its reason does not hold there
-            raise ValueError("scale_lr_with_workers divides the rates by sqrt(workers) because more "
-                             "workers push more often; with sync_updates (--sync) a round makes one "
-                             "update whatever the workers: drop one of the two")
         if not 0 <= self.seed < 2 ** 32:
             raise ValueError(f"seed must be in [0, 2**32 - 1], got {self.seed}")
         positive_ints = ("workers", "envs_per_worker", "n_steps", "keep_checkpoints", "atari_threads",

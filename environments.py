@@ -156,8 +156,8 @@ class AtariEnvs:
     """A worker's Atari games as one ale-py AtariVectorEnv: its C++ threads (atari_threads of
     them) step the games and do the standard preprocessing there: 4 frames skipped per
     action with the last two max-pooled, 84x84 grayscale (42x42 for the small CNN), the last 4
-    stacked (zeros before a game's first frame), 0-29 random no-ops at reset (FIRE first where
-    the game needs it, then 0-28), the minimal action set. An episode is a whole game (all lives); rewards are the raw score (clipping is for
+    stacked (zeros before a game's first frame), 0-29 random no-ops at reset (0-28 and a FIRE
+    press where the game needs FIRE), the minimal action set. An episode is a whole game (all lives); rewards are the raw score (clipping is for
     learning, in the worker).
 
     greedy: the envs of a deterministic policy (the best agent's trials, --eval), which press

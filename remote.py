@@ -540,7 +540,12 @@ class ChiefLink:
         if self.first_arrival is None or self.first_arrival[0] != applied:
             self.first_arrival = (applied, now)  # the first arrival seen in this round
         waited = now - self.first_arrival[1]
-        patience = max([cluster_module.WORKER_SILENCE_S, *(5 * t for t in self.remote.round_seconds)])
+        # five times what the slowest recent rounds took, and what the fastest process took in
+        # this one (processes of other speeds, or other --workers: round 2 has no history yet)
+        started = self.remote.last_round_at
+        fastest = self.first_arrival[1] - started if started is not None else 0.0
+        patience = max([cluster_module.WORKER_SILENCE_S, 5 * fastest,
+                        *(5 * t for t in self.remote.round_seconds)])
         names = ", ".join(str(task) for task in behind)
         if any(pushes[task] for task in behind):
             if waited >= patience:

@@ -82,6 +82,7 @@ class RunHistory(typing.NamedTuple):
     rows: dict                 # its episodes.csv, as read_episodes returns it
     env_steps: int             # its env step count
     anneal_start: AnnealStart  # where its learning rates continue from
+    reached: float = None      # the fraction its earlier schedule had reached (None: the same)
 
 
 class EpisodeLog:
@@ -119,7 +120,7 @@ class EpisodeLog:
             self.csv.writerow(self.columns)
             self.csv_file.flush()
             return
-        rows, self.env_steps, self.anneal_start = history
+        rows, self.env_steps, self.anneal_start = history.rows, history.env_steps, history.anneal_start
         self.lr_fraction_now = self.anneal_start.lr_fraction
         self.episodes = len(rows["episode"])
         self.finished_steps = int(rows["length"].sum())

@@ -435,6 +435,7 @@ def test_resume_continues_the_anneal_on_the_schedule_of_its_budget(tmp_path, cap
     assert 0.5 <= used < 0.6
     out, start = resumed_at(run_dir, 80)  # finished at rate 0; twice the budget
     assert f"learning rates at {1 - used:.0%} of their base" in out
+    assert "up from the 0% it had reached" in out, "the jump is said"
     assert start == pytest.approx({"lr_fraction": 1 - used, "budget_used": used})
 
     # as if the run had been stopped half-way through a budget of 80 episodes: resumed with
@@ -792,6 +793,8 @@ def test_a_kill_between_the_best_agents_files_and_its_label_leaves_the_earlier_b
     assert best_agent.read_best_info(best.folder) == first, "the earlier best, still labelled"
     path, _ = best_agent.pick_checkpoint(str(tmp_path), "best")
     assert os.path.basename(path) == first["checkpoint"]
+    folder, _ = best_agent.pick_checkpoint(str(tmp_path), best.folder)  # --checkpoint .../best
+    assert folder == path
     bias = sessions.v1.train.load_variable(path, "global/actor/logits/b")
     np.testing.assert_array_equal(bias, [5.0, 0.0])  # what --eval plays: the labelled agent
 
