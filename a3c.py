@@ -1001,7 +1001,7 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(
         description="Threaded A3C (TF1 graph mode) on a gymnasium environment. "
                     "Hyperparameters live in config.py; any field can be set with --set.")
-    parser.add_argument("--env", default=DEFAULT_ENV, help=f"gymnasium id (default {DEFAULT_ENV}); "
+    parser.add_argument("--env", help=f"gymnasium id (default {DEFAULT_ENV}); "
                         "'module:Env-v0' imports module first")
     parser.add_argument("--workers", type=int, help="worker threads (config: workers)")
     parser.add_argument("--max-episodes", type=int, help="stop after this many episodes "
@@ -1018,7 +1018,7 @@ def parse_args(argv):
     parser.add_argument("--eval", metavar="RUN_DIR", help="don't train: run the deterministic "
                         "policy of RUN_DIR's best checkpoint (see --checkpoint) and print its "
                         "mean return")
-    parser.add_argument("--episodes", type=int, default=10, help="episodes for --eval (default 10)")
+    parser.add_argument("--episodes", type=int, help="episodes for --eval (default 10)")
     parser.add_argument("--checkpoint", help="--eval: best (the default: the run's best agent), "
                         "latest, or a checkpoint's path")
     parser.add_argument("--render", action="store_true", help="--eval: show the environment's window")
@@ -1103,10 +1103,16 @@ def resume_config(args, cluster_shape: dict = None) -> tuple[str, Config]:
     if trained_on != cluster_shape:
         raise UsageError(f"{args.resume} was trained {describe_shape(trained_on)}; resume it "
                          f"the same way (it is being resumed {describe_shape(cluster_shape)})")
-    if args.env != DEFAULT_ENV or args.workers is not None or args.seed is not None:
-        raise UsageError("--resume continues a run with its own --env, --workers and --seed; "
-                         "start a new run to change them")
-    overrides = overrides_from_args(args)
+    changed = [flag for flag, given, own in (("--env", args.env, env_id),
+                                             ("--workers", args.workers, saved.workers),
+                                             ("--seed", args.seed, saved.seed))
+               if given is not None and given != own]
+    if changed:
+        raise UsageError(f"--resume continues a run with its own --env, --workers and --seed "
+                         f"({', '.join(changed)} differ); start a new run to change them")
+    # what the command line sets to the run's own value changes nothing (the original command)
+    overrides = {field: value for field, value in overrides_from_args(args).items()
+                 if value != getattr(saved, field)}
     fixed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
     if fixed:
         raise UsageError(f"--resume cannot change {', '.join(fixed)}; only "
@@ -1117,7 +1123,8 @@ def resume_config(args, cluster_shape: dict = None) -> tuple[str, Config]:
 def config_from_args(args) -> Config:
     """The env's preset with the command line's fields on top."""
     overrides = overrides_from_args(args)
-    preset = config_module.config_for(args.env, sync=overrides.get("sync_updates", False))
+    preset = config_module.config_for(args.env or DEFAULT_ENV,
+                                      sync=overrides.get("sync_updates", False))
     cfg = checked(dataclasses.replace(preset, **overrides))
     if cfg.sync_updates and cfg.scale_lr_with_workers:  # (a run saved so still reads back)
         raise UsageError("bad config: scale_lr_with_workers divides the rates by sqrt(workers) "
@@ -1132,6 +1139,27 @@ def checked(cfg: Config) -> Config:
     except ValueError as exc:
         raise UsageError(f"bad config: {exc}") from None
     return cfg
+
+
+def refuse_flags_of_the_other_mode(args) -> None:
+    """--eval plays a run with its own config: a training flag with it (or an --eval flag
+    without it) would be silently ignored, so it is refused."""
+    if args.eval is not None:
+        given = [flag for flag, value in (
+            ("--env", args.env), ("--resume", args.resume), ("--workers", args.workers),
+            ("--seed", args.seed), ("--max-episodes", args.max_episodes),
+            ("--max-steps", args.max_steps), ("--sync", args.sync_updates),
+            ("--set", args.set or None)) if value is not None]
+        if given:
+            raise UsageError(f"--eval plays RUN_DIR's agent with the run's own config; "
+                             f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
+                             f"training: drop {'it' if len(given) == 1 else 'them'}")
+        return
+    given = [flag for flag, value in (("--episodes", args.episodes), ("--render", args.render or None),
+                                      ("--record", args.record or None)) if value is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --eval "
+                         f"RUN_DIR, which plays a trained agent")
 
 
 def stop_like_ctrl_c(signum, frame):
@@ -1160,14 +1188,16 @@ def main(argv=None, command_line: bool = False) -> int:
                 signal.signal(number, stop_like_ctrl_c if args.cluster is None
                               else stop_like_ctrl_c_or_exit)
     try:
+        refuse_flags_of_the_other_mode(args)
         if args.eval is not None:
             if args.cluster is not None or args.job is not None or args.task is not None:
                 raise UsageError("--eval plays a run's checkpoint in this process, whatever "
                                  "trained it; drop --cluster, --job and --task")
-            if args.episodes < 1:
-                raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+            episodes = 10 if args.episodes is None else args.episodes
+            if episodes < 1:
+                raise UsageError(f"--episodes must be >= 1, got {episodes}")
             try:
-                evaluate(args.eval, args.episodes, args.render, args.record,
+                evaluate(args.eval, episodes, args.render, args.record,
                          checkpoint=args.checkpoint or "best")
             except KeyboardInterrupt:
                 raise Interrupted("interrupted: evaluation stopped; nothing was written") from None
@@ -1179,14 +1209,13 @@ def main(argv=None, command_line: bool = False) -> int:
         if cluster is not None and not isinstance(cluster, int) and not cluster.is_chief:
             if cluster.job == "ps":
                 return cluster_module.run_ps(tf, cluster, lambda text: tell(sys.stdout, text))
-            return train_as_worker(cluster, args.workers,
-                                   None if args.env == DEFAULT_ENV else args.env)
+            return train_as_worker(cluster, args.workers, args.env)
         shape = None if cluster is None else (
             {"ps": 1, "worker": cluster} if isinstance(cluster, int) else cluster.shape)
         if args.resume is not None:
             env_id, cfg = resume_config(args, shape)
         else:
-            env_id, cfg = args.env, config_from_args(args)
+            env_id, cfg = args.env or DEFAULT_ENV, config_from_args(args)
             if isinstance(cluster, int):
                 probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
         if isinstance(cluster, int):

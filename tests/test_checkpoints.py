@@ -334,8 +334,10 @@ def test_resume_continues_the_counters_the_csv_and_the_plot(tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     ([], ["already used its budget"]),
     (["--max-episodes", "99", "--set", "gamma=0.5"], ["cannot change gamma"]),
-    (["--max-episodes", "99", "--set", "hidden_activation=tanh"], ["cannot change hidden_activation"]),
+    (["--max-episodes", "99", "--set", "hidden_activation=relu"], ["cannot change hidden_activation"]),
     (["--max-episodes", "99", "--workers", "3"], ["its own --env, --workers and --seed"]),
+    (["--max-episodes", "99", "--env", "Pendulum-v1"], ["its own --env", "--env differ"]),
+    (["--eval", "."], ["--eval plays RUN_DIR's agent", "--resume is for training"]),
 ])
 def test_resume_refuses_what_would_change_the_run_and_writes_nothing(argv, words, trained_run,
                                                                       capsys):
@@ -344,6 +346,18 @@ def test_resume_refuses_what_would_change_the_run_and_writes_nothing(argv, words
     refused(["--resume", trained_run, "--no-plot"] + argv, capsys, *words)
     for name, text in before.items():
         assert open(os.path.join(trained_run, name)).read() == text
+
+
+def test_resume_takes_the_original_command_line_back(trained_run, tmp_path, capsys):
+    """Its own env, workers, seed and config values change nothing, so they are no refusal."""
+    run = str(copy_run(trained_run, tmp_path / "again"))
+    with open(os.path.join(run, "config.json")) as f:
+        own = json.load(f)["config"]
+    steps = int(checkpoints.latest_checkpoint(os.path.join(run, "checkpoints")).rsplit("-", 1)[1])
+    assert a3c.main(["--resume", run, "--env", "CartPole-v1", "--workers", str(own["workers"]),
+                     "--seed", str(own["seed"]), "--set", f"gamma={own['gamma']}", "--no-plot",
+                     "--max-steps", str(steps + 1000)]) == 0
+    assert "resumed at" in capsys.readouterr().out
 
 
 def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp_path, capsys):
