@@ -635,13 +635,13 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     console = Console(out or sys.stdout)
     cfg.validate()
     spec = probe_spec(env_id, cfg)
-    if preamble is not None:
-        console.say(preamble)
     earlier = read_run_info(resume_dir) if resume_dir is not None else None
     part = len(earlier.get("resumed", [])) + 1 if earlier is not None else 0
     seed = part_seed(cfg.seed, part)
     if cluster is not None:  # before anything is written: a port in use, no ps
         server = start_cluster_task(cluster)
+    if preamble is not None:
+        console.say(preamble)
 
     run_dir, team, best, remote, chief = resume_dir, None, None, None, None
     # --sync: a round's update holds this lock; so do the best agent's copy and (in one process)

@@ -384,6 +384,7 @@ def test_ctrl_c_stops_a_sync_cluster_run_with_every_process_and_a_checkpoint(syn
             proc.kill()
     stderr = output(tmp_path, "stderr")
     assert code == 130, stderr
+    assert "stopping the cluster (SIGINT)" in stderr
     assert took < 28, "no round is left waiting"  # it would take the workers' 30 s of grace
     assert "no gradients" not in stderr
     assert re.search(r"^interrupted: episodes", output(tmp_path, "stdout"), re.M)
