@@ -161,10 +161,12 @@ class AtariEnvs:
     learning, in the worker).
 
     greedy: the envs of a deterministic policy (the best agent's trials, --eval), which press
-    FIRE for it after a life is lost in a game that needs FIRE to go on (Breakout): an argmax
-    that never picks FIRE would otherwise stand still until the game's 108,000-frame limit,
-    and a trial would cost minutes for a score the agent never earned. Training's sampled
-    actions press FIRE by themselves."""
+    FIRE for it after a life is lost in a game that needs FIRE to go on (Breakout), and again
+    while nothing on the screen moves: an argmax that never picks FIRE would otherwise stand
+    still until the game's 108,000-frame limit, and a trial would cost minutes for a score the
+    agent never earned. (Sticky actions swallow a press when the emulator repeats the previous
+    action on all 4 frames of the step, 0.4% of them at 0.25.) Training's sampled actions
+    press FIRE by themselves."""
 
     def __init__(self, env_id: str, cfg: Config, count: int, greedy: bool = False):
         game, _ = atari_game(env_id)
@@ -183,7 +185,7 @@ class AtariEnvs:
         self.count = count
         self.restarted = None
         self.fire_after_life_loss = greedy and atari_needs_fire(env_id)
-        self.lives = self.life_lost = None
+        self.lives = self.life_lost = self.standing_still = None
 
     def __len__(self) -> int:
         return self.count
@@ -193,18 +195,24 @@ class AtariEnvs:
         obs, info = self.vector.reset(seed=np.asarray(seeds, np.int64) % 2 ** 31)
         self.restarted = obs
         self.lives, self.life_lost = info["lives"], np.zeros(self.count, bool)
+        self.standing_still = np.zeros(self.count, bool)
         return obs
 
     def step(self, actions):
         actions = np.asarray(actions, np.int32)
         if self.fire_after_life_loss:
-            actions = np.where(self.life_lost, ATARI_FIRE, actions).astype(np.int32)
+            actions = np.where(self.life_lost | self.standing_still, ATARI_FIRE,
+                               actions).astype(np.int32)
         obs, rewards, terminated, truncated, info = self.vector.step(actions)
         self.restarted = obs  # where an episode ended, the next one has already begun
         ended = terminated | truncated
         if self.fire_after_life_loss:  # a new game's lives are no loss
             self.life_lost = (info["lives"] < self.lives) & ~ended
             self.lives = info["lives"]
+            # a game with lives to lose whose newest frame is the one before: waiting for FIRE
+            # (Pong has no lives, and its own still moments are play)
+            self.standing_still = (self.lives > 0) & ~ended & np.all(
+                obs[:, -1] == obs[:, -2], axis=(1, 2))
         if ended.any():  # the step's own observation is the final one of the ended game
             obs = np.where(ended[:, None, None, None], info["final_obs"], obs)
         return obs, rewards.astype(np.float64), terminated, truncated

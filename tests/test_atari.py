@@ -448,9 +448,30 @@ def test_greedy_play_presses_fire_after_a_lost_life_where_the_game_needs_it():
         pong.reset([3])
         for _ in range(200):
             pong.step([0])
-            assert not pong.life_lost.any()
+            assert not pong.life_lost.any() and not pong.standing_still.any()
     finally:
         pong.close()
+
+
+def test_greedy_play_presses_fire_again_when_sticky_actions_swallowed_it():
+    """Sticky actions replace an action by the previous one frame by frame: a FIRE repeated away
+    on all 4 frames of its step leaves Breakout waiting (0.4% of presses at 0.25; 32% at 0.75,
+    used here). Greedy play presses FIRE again while nothing on the screen moves, so every
+    game of NOOPs still ends with every life lost, long before its frame limit."""
+    cfg = atari_config(max_episode_steps=1000, repeat_action_probability=0.75)
+    envs = environments.make_envs("ALE/Breakout-v5", cfg, 8, greedy=True)
+    try:
+        envs.reset(list(range(8)))
+        ended = np.zeros(8, bool)
+        for _ in range(1000):
+            _, _, terminated, truncated = envs.step([0] * 8)
+            assert not truncated[~ended].any(), "a game stood still to its frame limit"
+            ended |= terminated
+            if ended.all():
+                break
+        assert ended.all()
+    finally:
+        envs.close()
 
 
 def test_the_best_agent_trials_play_breakout_with_fire_after_a_lost_life(tmp_path):
