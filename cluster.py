@@ -163,18 +163,35 @@ def wait_for_ps(cluster: Cluster, timeout_s: float = PS_WAIT_S) -> None:
             time.sleep(0.5)
 
 
-def free_loopback_ports(count: int) -> list:
-    """Ports free on 127.0.0.1 now (held open together, so that no two are the same)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+class LoopbackPorts:
+    """`count` ports free on 127.0.0.1, held bound (not listening) until close(): while held,
+    the kernel gives none of them to anything else (a bind to port 0, a connection's own port,
+    a bind without SO_REUSEADDR), yet a task's TensorFlow server, which binds with SO_REUSEADDR,
+    takes its own (and check_port_free's probe passes). Closing them as soon as they are found
+    would leave each free for seconds, until its process has imported TensorFlow."""
+
+    def __init__(self, count: int):
+        self.sockets = []
+        try:
+            for _ in range(count):
+                held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                self.sockets.append(held)
+                held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                held.bind(("127.0.0.1", 0))
+        except BaseException:
+            self.close()
+            raise
+        self.ports = [held.getsockname()[1] for held in self.sockets]
+
+    def close(self) -> None:
+        for held in self.sockets:
+            held.close()
+
+    def __enter__(self) -> list:
+        return self.ports
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,11 +430,19 @@ def launch_local(script: str, argv: list, workers: int, say, sync: bool = False)
     argv (less --cluster) plus its place in the cluster; show the chief's output, report the
     others' ends; on Ctrl-C or SIGTERM stop the workers (the chief saves its checkpoint), then
     the ps. Returns the chief's exit status. No child outlives this process. sync: the run's
-    updates are synchronous (--sync), so a worker process that ends ends the run."""
-    ports = free_loopback_ports(1 + workers)
-    spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
-    base = [sys.executable, script, *without_flags(argv, ("--cluster", "--job", "--task")),
-            "--cluster", json.dumps(spec)]
+    updates are synchronous (--sync), so a worker process that fails stops the run (1) at once,
+    joined or not, rather than after the chief's patience. The ports stay held (LoopbackPorts)
+    until the launch ends, so none is taken before its task binds it."""
+    with LoopbackPorts(1 + workers) as ports:
+        spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
+        return supervise_local(spec, [sys.executable, script, *without_flags(
+            argv, ("--cluster", "--job", "--task")), "--cluster", json.dumps(spec)], say, sync)
+
+
+def supervise_local(spec: dict, base: list, say, sync: bool) -> int:
+    """launch_local's children (base + --job JOB --task I for each task of spec), until the
+    chief ends."""
+    workers = len(spec["worker"])
     children = {}  # (job, task) -> Popen
     # if the launcher dies, the workers stop (the chief saves its checkpoint) and the ps serves
     # them until the chief has shut the run down (run_ps)
@@ -429,10 +454,10 @@ def launch_local(script: str, argv: list, workers: int, say, sync: bool = False)
             [*base, "--job", job, "--task", str(task)], start_new_session=True,
             stdout=subprocess.DEVNULL if quiet else None, preexec_fn=die_with_parent[job])
 
-    stopping = []
+    stopping = []  # why: a signal's name, or a failed worker process of a --sync run
 
     def on_signal(signum, frame):
-        stopping.append(signum)
+        stopping.append(signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
                 if signal.getsignal(s) is not signal.SIG_IGN}
@@ -441,12 +466,13 @@ def launch_local(script: str, argv: list, workers: int, say, sync: bool = False)
         for task in range(workers):
             start("worker", task)
         reported = set()
-        stop_sent = None
+        stop_sent, failed = None, False
         while True:
             chief = children["worker", 0]
             if stopping and stop_sent is None:
-                say(f"a3c.py: stopping the cluster ({signal.Signals(stopping[0]).name}): the "
-                    f"chief writes its checkpoint, then every process ends")
+                if not failed:
+                    say(f"a3c.py: stopping the cluster ({stopping[0]}): the chief writes its "
+                        f"checkpoint, then every process ends")
                 for (job, task), child in children.items():
                     if job == "worker" and child.poll() is None:
                         child.send_signal(signal.SIGTERM)
@@ -455,20 +481,28 @@ def launch_local(script: str, argv: list, workers: int, say, sync: bool = False)
                 if key != ("worker", 0) and key not in reported and child.poll() is not None:
                     reported.add(key)
                     if child.returncode != 0 and chief.poll() is None and not stopping:
+                        lost_a_round = sync and key[0] == "worker"
                         after = ("" if key[0] != "worker" else "; the other workers go on" if not sync
-                                 else "; the synchronous rounds need it: the chief stops the run")
+                                 else f"; the synchronous rounds need it: stopping the run (the "
+                                      f"chief writes its checkpoint; --resume RUN_DIR --cluster "
+                                      f"local:{workers} goes on from there)")
                         say(f"a3c.py: {key[0]} process {key[1]} exited with status "
                             f"{child.returncode}{after}")
+                        if lost_a_round:
+                            failed = True
+                            stopping.append(f"worker process {key[1]} failed")
             if chief.poll() is not None:  # a signal's death as the shell reports it
                 code = chief.returncode
                 if code not in (0, 1, 2, 130) and not stopping:
                     say(f"a3c.py: the chief (worker process 0) exited with status {code}; the run "
                         f"folder keeps its last checkpoint (--resume RUN_DIR --cluster local:{workers})")
+                if failed:
+                    return 1
                 return 130 if stopping and code != 0 else (128 - code if code < 0 else code)
             if stop_sent is not None and time.time() - stop_sent > LAUNCHER_GRACE_S:
                 say("a3c.py: the chief did not finish within "
                     f"{LAUNCHER_GRACE_S:.0f} s of the stop; killing the cluster")
-                return 130
+                return 1 if failed else 130
             time.sleep(0.2)
     finally:
         stop_all(children, say)

@@ -36,9 +36,9 @@ def main() -> None:
 
     v1 = tf.compat.v1
     v1.disable_eager_execution()
-    port = cluster_module.free_loopback_ports(1)[0]
-    cluster = cluster_module.Cluster({"ps": [f"127.0.0.1:{port}"]}, "ps", 0)
-    server = cluster_module.start_server(tf, cluster)
+    with cluster_module.LoopbackPorts(1) as [port]:
+        cluster = cluster_module.Cluster({"ps": [f"127.0.0.1:{port}"]}, "ps", 0)
+        server = cluster_module.start_server(tf, cluster)
     graph = tf.Graph()
     with graph.as_default(), v1.device("/job:ps/task:0"):
         counter = v1.get_variable("calls", initializer=tf.constant(0, tf.int64))

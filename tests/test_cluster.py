@@ -245,38 +245,96 @@ def test_a_port_in_use_is_refused_before_anything_is_written(job, tmp_path, caps
         assert not out.exists()
 
 
+# A stand-in for a3c.py under the launcher (the launcher is generic in its script): each task
+# tries its port as another program would (a plain bind) and as its TensorFlow server does
+# (SO_REUSEADDR), writes what happened to task_<job>_<task>, then plays its part: worker 1 fails,
+# the chief ends by itself after argv[1] seconds, the ps waits to be stopped.
+TASK_SCRIPT = """
+import json, os, signal, socket, sys, time
+args = sys.argv[2:]
+spec, job, task = json.loads(args[args.index("--cluster") + 1]), args[-3], int(args[-1])
+port = int(spec[job][task].rpartition(":")[2])
+seen = {}
+for name, reuse in (("plain", 0), ("reuse", 1)):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, reuse)
+        try:
+            s.bind(("", port))
+            seen[name] = "bound"
+        except OSError:
+            seen[name] = "in use"
+with open(f"task_{job}_{task}", "w") as f:
+    json.dump(seen, f)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(130 if job == "worker" else 0))
+if (job, task) == ("worker", 1):
+    sys.exit(3)
+time.sleep(float(sys.argv[1]) if (job, task) == ("worker", 0) else 60)
+"""
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_local_ports_are_held_for_their_tasks_and_a_failed_sync_worker_stops_the_run_at_once(
+        sync, tmp_path, monkeypatch):
+    """--cluster local:N holds its ports until the launch ends (no other program can bind one
+    between the launcher's choice and the task's own bind, seconds later; the task's server
+    can), and with --sync a worker process that fails, joined or not, stops the run at once:
+    the chief would otherwise wait CHIEF_WAIT_S for one that never joined."""
+    script = tmp_path / "task.py"
+    script.write_text(TASK_SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    said = []
+    started = time.time()
+    chief_s = 30 if sync else 2
+    code = cluster.launch_local(str(script), [str(chief_s)], 2, said.append, sync=sync)
+    took = time.time() - started
+    for job, task in (("ps", 0), ("worker", 0), ("worker", 1)):
+        seen = json.loads((tmp_path / f"task_{job}_{task}").read_text())
+        assert seen == {"plain": "in use", "reuse": "bound"}, (job, task, seen)
+    if sync:
+        assert code == 1, said
+        assert took < chief_s / 3, "stopped long before the chief's own end"
+        assert any("worker process 1 exited with status 3; the synchronous rounds need it: "
+                   "stopping the run" in line for line in said), said
+    else:
+        assert code == 0, said  # the chief's own end
+        assert took >= chief_s
+        assert any("worker process 1 exited with status 3; the other workers go on" in line
+                   for line in said), said
+    assert processes_mentioning(str(script)) == []
+
+
 @pytest.fixture(scope="module")
 def chief_killed(tmp_path_factory):
     """A cluster file, one command per process; once worker process 1's episodes reach the
     chief's CSV, the chief is killed (SIGKILL): how the ps and worker process 1 end."""
     folder = str(tmp_path_factory.mktemp("chief_killed"))
     results = os.path.join(folder, "results")
-    ports = cluster.free_loopback_ports(3)
-    path = os.path.join(folder, "cluster.json")
-    with open(path, "w") as f:
-        json.dump({"ps": [f"127.0.0.1:{ports[0]}"],
-                   "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}, f)
-    common = [*PENDULUM, "--cluster", path, "--results-dir", results, "--max-steps", "100000000"]
+    with cluster.LoopbackPorts(3) as ports:  # held until the processes have bound them
+        path = os.path.join(folder, "cluster.json")
+        with open(path, "w") as f:
+            json.dump({"ps": [f"127.0.0.1:{ports[0]}"],
+                       "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}, f)
+        common = [*PENDULUM, "--cluster", path, "--results-dir", results, "--max-steps", "100000000"]
 
-    def start(job, task, name):
-        os.makedirs(os.path.join(folder, name))
-        return launch([*common, "--job", job, "--task", str(task)], os.path.join(folder, name))
-    procs = [start("ps", 0, "ps"), start("worker", 0, "chief"), start("worker", 1, "w1")]
-    try:
-        def process_1_played():
-            assert procs[1].poll() is None, output(os.path.join(folder, "chief"), "stderr")
-            return csv_rows(results) if csv_rows(results) and (
-                csv_rows(results)[0]["process"] == 1).any() else None
-        _, run_dir = wait_for(process_1_played, 150, "episodes of worker process 1")
-        time.sleep(1.5)  # a periodic checkpoint (every second) with both processes' steps
-        procs[1].kill()
-        died = time.time()
-        codes = [procs[0].wait(40), procs[2].wait(40)]
-        took = time.time() - died
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+        def start(job, task, name):
+            os.makedirs(os.path.join(folder, name))
+            return launch([*common, "--job", job, "--task", str(task)], os.path.join(folder, name))
+        procs = [start("ps", 0, "ps"), start("worker", 0, "chief"), start("worker", 1, "w1")]
+        try:
+            def process_1_played():
+                assert procs[1].poll() is None, output(os.path.join(folder, "chief"), "stderr")
+                return csv_rows(results) if csv_rows(results) and (
+                    csv_rows(results)[0]["process"] == 1).any() else None
+            _, run_dir = wait_for(process_1_played, 150, "episodes of worker process 1")
+            time.sleep(1.5)  # a periodic checkpoint (every second) with both processes' steps
+            procs[1].kill()
+            died = time.time()
+            codes = [procs[0].wait(40), procs[2].wait(40)]
+            took = time.time() - died
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
     return dict(codes=codes, took=took, run_dir=run_dir, folder=folder,
                 ps=output(os.path.join(folder, "ps"), "stdout"),
                 w1=output(os.path.join(folder, "w1"), "stderr"))
@@ -300,7 +358,8 @@ def test_a_cluster_run_resumes_from_the_chiefs_checkpoint_with_its_counters(chie
     assert steps_before > before["length"][before["process"] == 0].sum(), "both processes' steps"
     # it goes on from the checkpoint's count, or the CSV's if it recorded episodes after that
     resumed_at = int(max(steps_before, before["env_steps"].max()))
-    ports = cluster.free_loopback_ports(3)
+    held = cluster.LoopbackPorts(3)
+    ports = held.ports
     spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
     ps = subprocess.Popen([sys.executable, A3C, "--cluster", json.dumps(spec), "--job", "ps",
                            "--task", "0"], stdout=subprocess.DEVNULL)
@@ -310,6 +369,7 @@ def test_a_cluster_run_resumes_from_the_chiefs_checkpoint_with_its_counters(chie
                          "--max-episodes", str(len(before["episode"]) + 48)])
         assert ps.wait(20) == 0, "the chief shuts the ps down at the end"
     finally:
+        held.close()
         if ps.poll() is None:
             ps.kill()
     console = capsys.readouterr()
@@ -375,10 +435,10 @@ def ps_specs():
     live until the process ends: TensorFlow cannot stop one)."""
     specs, servers = {}, []
     for ps_tasks in (1, 2):
-        specs[ps_tasks] = {"ps": [f"127.0.0.1:{port}"
-                                  for port in cluster.free_loopback_ports(ps_tasks)]}
-        servers += [cluster.start_server(tf, cluster.Cluster(specs[ps_tasks], "ps", task))
-                    for task in range(ps_tasks)]
+        with cluster.LoopbackPorts(ps_tasks) as ports:
+            specs[ps_tasks] = {"ps": [f"127.0.0.1:{port}" for port in ports]}
+            servers += [cluster.start_server(tf, cluster.Cluster(specs[ps_tasks], "ps", task))
+                        for task in range(ps_tasks)]
     specs["servers"] = servers
     return specs
 
