@@ -49,7 +49,8 @@ from console import Console, Interrupted, UsageError, WorkerError, attempt, firs
 from environments import EnvSpec, GymEnvs, env_spec, is_atari, make_envs, probe_spec
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
-                      optimizer_groups, shared_trunk)
+                      observation_statistics_update, optimizer_groups, scaled_observations,
+                      shared_trunk)
 from runlog import AnnealStart, EpisodeLog, RunHistory, display_available, plot_rewards
 from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, checkpoint_note,
                          latest_checkpoint, new_run_dir, part_seed, read_run, read_run_info,
@@ -133,6 +134,9 @@ class ACNet:
             self.critic_params = v1.get_collection(trainable, f"{scope}/critic")
             self.trunk_params = v1.get_collection(trainable, f"{scope}/trunk")
             self.params = self.trunk_params + self.actor_params + self.critic_params
+            # normalize_obs's statistics: with the parameters, what the net plays with
+            self.obs_statistics = v1.get_collection(v1.GraphKeys.GLOBAL_VARIABLES, f"{scope}/obs_norm/")
+            self.net_variables = self.params + self.obs_statistics
             if global_net is not None:
                 self._build_update(spec, cfg, global_net, optimizers)
         if feedable:
@@ -148,7 +152,13 @@ class ACNet:
         gradients, finite_check = self._build_gradients(spec, cfg, losses)
 
         def copy_global_params():
-            return tf.group(*[local.assign(glob) for local, glob in zip(self.params, global_net.params)])
+            return tf.group(*[local.assign(glob) for local, glob
+                              in zip(self.net_variables, global_net.net_variables)])
+
+        # the rollout's observations join the global net's statistics as its gradients do
+        statistics_update = ([observation_statistics_update(
+            global_net.obs_statistics, scaled_observations(self.obs, spec, cfg))]
+            if global_net.obs_statistics else [])
 
         self.pull = copy_global_params()
         if cfg.sync_updates:
@@ -163,7 +173,7 @@ class ACNet:
             with tf.control_dependencies([finite_check]):
                 self.store_gradients = tf.group(*[
                     store.assign(grad) for stores, grads in zip(self.gradient_store, gradients)
-                    for store, grad in zip(stores, grads) if grad is not None])
+                    for store, grad in zip(stores, grads) if grad is not None], *statistics_update)
             pulled = copy_global_params()
         else:
             # the optimisers' slots belong to the global net: made at the root variable scope
@@ -174,7 +184,8 @@ class ACNet:
             with at_root, tf.control_dependencies([finite_check]):
                 self.push = tf.group(*[
                     optimizer.apply_gradients(zip(grads, global_params)) for optimizer, grads,
-                    (_, _, global_params) in zip(optimizers, self.clipped_grads, losses)])
+                    (_, _, global_params) in zip(optimizers, self.clipped_grads, losses)],
+                    *statistics_update)
             with tf.control_dependencies([self.push]):  # pull only after this push has landed
                 self.push_and_pull = pulled = copy_global_params()
         self._build_acting_after(pulled, spec, cfg)
@@ -962,10 +973,10 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     graph = tf.Graph()
     with graph.as_default():
         net = ACNet("global", spec, cfg)
-        saver = v1.train.Saver(var_list=net.params)
+        saver = v1.train.Saver(var_list=net.net_variables)
     sess = open_session(graph, None)  # one thread plays the episodes: no pool to feed
     try:
-        restore_checkpoint(sess, saver, checkpoint, net.params, env_id)
+        restore_checkpoint(sess, saver, checkpoint, net.net_variables, env_id)
     except UsageError:
         sess.close()
         raise
@@ -1218,6 +1229,12 @@ def main(argv=None, command_line: bool = False) -> int:
             env_id, cfg = args.env or DEFAULT_ENV, config_from_args(args)
             if isinstance(cluster, int):
                 probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
+        if cfg.normalize_obs and is_atari(env_id):
+            raise UsageError("normalize_obs is for flat observations: Atari frames are scaled to "
+                             "[0, 1] in the graph; drop it")
+        if cfg.normalize_obs and cluster is not None:
+            raise UsageError("normalize_obs does not work with --cluster yet (the statistics are "
+                             "kept in one process's graph); train in one process, or drop it")
         if isinstance(cluster, int):
             if args.resume is not None:  # a run that cannot go on: refused before any process starts
                 checkpoint = latest_checkpoint(os.path.join(args.resume, CHECKPOINT_FOLDER))

@@ -54,9 +54,9 @@ class BestCheckpoint:
         env_id_variable: the Checkpoints' own, saved beside the best net; copy_lock: see
         self.copy_lock."""
         self.folder = os.path.join(checkpoints_folder, BEST_FOLDER)
-        net = global_net.params
+        net = global_net.net_variables
         self.candidate = candidate_net
-        candidate = self.candidate.params
+        candidate = self.candidate.net_variables
         with v1.variable_scope("best_snapshot"):
             snapshot = [v1.get_variable(v.op.name, v.shape, v.dtype.base_dtype, trainable=False,
                                         initializer=v1.zeros_initializer()) for v in net]

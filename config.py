@@ -133,6 +133,14 @@ class Config:
     """Map observation dimensions with finite bounds (up to 1e6) from [low, high] to [-1, 1]: helps
     where the bounds are the values' real range (Pendulum), hurts where far wider (Acrobot)."""
 
+    normalize_obs: bool = False
+    """Flat observations: each dimension less its running mean, over its running standard
+    deviation, clipped to +-obs_clip. The statistics count every observation the workers have
+    trained on, all workers together; they are saved in the checkpoints and frozen in --eval.
+    For unbounded observations (MuJoCo), which scale_obs leaves alone (SB3's VecNormalize)."""
+    obs_clip: float = 10.0
+    """With normalize_obs: the bound of the normalised values (VecNormalize's clip_obs: 10)."""
+
     # --- rewards (applied to learning only; logs always show the environment's raw returns) -
     reward_shift: float = 0.0
     """Learning reward is (r + reward_shift) * reward_scale."""
@@ -184,7 +192,7 @@ class Config:
             raise ValueError(f"initial_sigma must be > sigma_floor ({self.sigma_floor}) and "
                              f"<= 100, got {self.initial_sigma}")
         for name in ("actor_lr", "critic_lr", "shared_lr", "clip_norm", "rmsprop_epsilon", "sigma_floor",
-                     "reward_scale", "log_every_s", "checkpoint_every_s"):
+                     "reward_scale", "log_every_s", "checkpoint_every_s", "obs_clip"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.cnn not in CNNS:

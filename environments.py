@@ -3,6 +3,8 @@ batch, and the space checks that say what networks an env needs (EnvSpec)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -136,11 +138,33 @@ def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
         kwargs["render_mode"] = render_mode
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
+    registered = gym.envs.registry.get(env_id)
+    if registered is not None and "mujoco" in str(registered.entry_point):
+        quiet_mujoco_warnings()
     try:
         return gym.make(env_id, **kwargs)
     except Exception as exc:  # gymnasium raises several types for unknown or broken ids
         raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
                          f"(gymnasium.pprint_registry() lists the known ids)") from exc
+
+
+# MuJoCo 3.3+ warns that gymnasium's own model files use a deprecated attribute, once for every
+# env made (32 times for 8 workers x 4 envs), on stderr and into MUJOCO_LOG.TXT in the current
+# folder; harmless, so dropped. Its other warnings go through Python's warnings, each once.
+MUJOCO_NOISE = ("compiler attribute 'settotalmass' is deprecated",)
+
+
+@functools.lru_cache(maxsize=None)
+def quiet_mujoco_warnings() -> None:
+    try:
+        import mujoco
+    except ImportError:  # gym.make says what to install
+        return
+
+    def warn(message: str) -> None:
+        if not message.startswith(MUJOCO_NOISE):
+            warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+    mujoco.set_mju_user_warning(warn)
 
 
 FRAME_SKIP = 4  # emulator frames per Atari agent step (the standard preprocessing's skip)

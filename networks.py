@@ -36,6 +36,35 @@ def scaled_observations(obs, spec: EnvSpec, cfg: Config):
     return (obs - centre) * inverse_half_range
 
 
+def normalised_observations(obs, cfg: Config):
+    """normalize_obs: (obs - mean) / sqrt(variance + 1e-8), clipped to +-obs_clip. The statistics
+    are the count, sum and sum of squares of the observations the net has been trained on,
+    float64 variables of the current variable scope's obs_norm/ (made on first use, then
+    reused): sums, not a running mean, so that workers can add theirs at any moment with
+    assign_add (observation_statistics_update). Before two observations: obs as they are."""
+    dims = obs.shape[-1]
+    with v1.variable_scope("obs_norm", reuse=v1.AUTO_REUSE):
+        count = v1.get_variable("count", [], tf.float64, v1.zeros_initializer(), trainable=False)
+        total, squares = (v1.get_variable(name, [dims], tf.float64, v1.zeros_initializer(),
+                                          trainable=False) for name in ("sum", "sum_squares"))
+    seen = tf.maximum(count, 1.0)
+    mean = total / seen
+    variance = tf.where(count >= 2, tf.maximum(squares / seen - tf.square(mean), 0.0),
+                        tf.ones_like(mean))
+    mean, scale = tf.cast(mean, tf.float32), tf.cast(tf.math.rsqrt(variance + 1e-8), tf.float32)
+    return tf.clip_by_value((obs - mean) * scale, -cfg.obs_clip, cfg.obs_clip)
+
+
+def observation_statistics_update(statistics: list, obs):
+    """The op that adds a batch of observations [N, dims] to a net's statistics ([count, sum,
+    sum_squares], as normalised_observations makes them)."""
+    count, total, squares = statistics
+    obs = tf.cast(obs, tf.float64)
+    return tf.group(count.assign_add(tf.cast(tf.shape(obs)[0], tf.float64)),
+                    total.assign_add(tf.reduce_sum(obs, 0)),
+                    squares.assign_add(tf.reduce_sum(tf.square(obs), 0)))
+
+
 HIDDEN_ACTIVATION_OPS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}  # config.HIDDEN_ACTIVATIONS' ops
 
 
@@ -160,11 +189,12 @@ def cnn_trunk(obs, cfg: Config):
 def network_input(obs, spec: EnvSpec, cfg: Config):
     """What the heads see: image observations go through the shared CNN trunk (built once per
     input tensor, its weights shared by every call); flat ones reach the separate actor and
-    critic MLPs as they are (or scaled, with scale_obs)."""
+    critic MLPs as they are, or scaled (scale_obs) and normalised (normalize_obs)."""
     if spec.image:
         with v1.variable_scope("trunk", reuse=v1.AUTO_REUSE):
             return cnn_trunk(obs, cfg)
-    return scaled_observations(obs, spec, cfg)
+    obs = scaled_observations(obs, spec, cfg)
+    return normalised_observations(obs, cfg) if cfg.normalize_obs else obs
 
 
 def shared_trunk(spec: EnvSpec, cfg: Config) -> bool:

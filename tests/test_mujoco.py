@@ -1,0 +1,166 @@
+"""MuJoCo locomotion (gymnasium[mujoco]): normalize_obs's statistics, shared by the workers,
+saved, restored and frozen; a short real HalfCheetah run end to end."""
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+
+import a3c
+import best_agent
+import checkpoints
+import config as config_module
+import environments
+import sessions
+from graphs import build_session
+from test_training import assert_refused, train
+
+CHEETAH = "HalfCheetah-v5"
+# short episodes (a full one is 1,000 steps), so that a short run has a mean-100 and a best agent
+SHORT = dict(normalize_obs=True, max_episode_steps=100, best_trial_episodes=2,
+             best_checkpoint_every_s=0.0, best_trial_cpu_share=1.0)
+
+
+def cheetah_spec(cfg):
+    envs = environments.make_envs(CHEETAH, cfg, 1)
+    try:
+        return environments.env_spec(envs, CHEETAH)
+    finally:
+        envs.close()
+
+
+def test_the_statistics_of_pushed_observations_are_numpys_mean_and_variance():
+    """Two workers push rollouts of known observations (far from mean 0, variance 1): the global
+    net's statistics then give numpy's mean and variance of all of them, each worker's pull
+    brings them back, and every net normalises with them, clipped to obs_clip."""
+    cfg = dataclasses.replace(config_module.config_for(CHEETAH), workers=2, envs_per_worker=2,
+                              n_steps=5, actor_hidden=(8,), critic_hidden=(8,), normalize_obs=True,
+                              obs_clip=3.0)
+    spec = cheetah_spec(cfg)
+    sess, global_net, nets = build_session(spec, cfg)
+    rng = np.random.default_rng(0)
+    T, E, dims = cfg.n_steps, cfg.envs_per_worker, spec.obs_shape[0]
+    centres, spreads = rng.uniform(-50, 50, dims), rng.uniform(0.01, 20, dims)
+    pushed = []
+    for push in range(3):
+        net = nets[push % 2]
+        obs = (centres + spreads * rng.standard_normal((T * E, dims))).astype(np.float32)
+        pushed.append(obs)
+        feed = {net.obs: obs, net.actions: rng.uniform(-1, 1, (T * E, spec.n_actions)),
+                net.next_obs: obs, net.rewards: np.zeros((T, E)), net.terminated: np.zeros((T, E)),
+                net.ended: np.zeros((T, E))}
+        sess.run(net.push_and_pull, feed)
+    everything = np.concatenate(pushed).astype(np.float64)
+    count, total, squares = sess.run(global_net.obs_statistics)
+    assert count == len(everything)
+    np.testing.assert_allclose(total / count, everything.mean(0), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(squares / count - (total / count) ** 2, everything.var(0), rtol=1e-6)
+    # the last pusher pulled them; the other has the ones of its own last push
+    last, other = nets[0], nets[1]
+    for mine, glob in zip(sess.run(last.obs_statistics), sess.run(global_net.obs_statistics)):
+        np.testing.assert_array_equal(mine, glob)
+    assert sess.run(other.obs_statistics)[0] == 2 * T * E
+    probe = (centres + spreads * rng.standard_normal((4, dims)) * 5).astype(np.float32)
+    expected = np.clip((probe - everything.mean(0)) / np.sqrt(everything.var(0) + 1e-8), -3, 3)
+    for net in (global_net, last):
+        np.testing.assert_allclose(sess.run(net.features, {net.obs: probe}), expected,
+                                   rtol=1e-4, atol=1e-4)
+    assert np.abs(expected).max() == 3.0, "some values were clipped"
+    sess.close()
+
+
+def test_without_observations_yet_a_net_sees_them_as_they_are():
+    cfg = dataclasses.replace(config_module.config_for(CHEETAH), workers=1, actor_hidden=(8,),
+                              critic_hidden=(8,), normalize_obs=True)
+    spec = cheetah_spec(cfg)
+    sess, global_net, _ = build_session(spec, cfg)
+    probe = np.linspace(-5, 5, 2 * spec.obs_shape[0], dtype=np.float32).reshape(2, -1)
+    np.testing.assert_allclose(sess.run(global_net.features, {global_net.obs: probe}), probe,
+                               rtol=1e-6)
+    sess.close()
+
+
+@pytest.fixture(scope="module")
+def cheetah_run(tmp_path_factory):
+    """A short HalfCheetah run with normalize_obs (episodes cut at 100 steps), whose best agent
+    is tried on 2 episodes."""
+    summary, _ = train(CHEETAH, tmp_path_factory.mktemp("cheetah"), max_episodes=None,
+                       max_steps=16_000, **SHORT)
+    return summary["run_dir"]
+
+
+def test_a_halfcheetah_run_saves_the_statistics_of_every_observation_it_trained_on(cheetah_run):
+    checkpoint = checkpoints.latest_checkpoint(os.path.join(cheetah_run, "checkpoints"))
+    steps = int(checkpoint.rsplit("-", 1)[1])
+    count = sessions.v1.train.load_variable(checkpoint, "global/obs_norm/count")
+    assert count == steps >= 16_000
+
+
+def test_the_best_agent_restored_plays_its_trial_score_again_with_its_statistics(cheetah_run):
+    """The trials played the live net (statistics copied with the parameters); restored from
+    best/, the same net on the same start states scores exactly that again, and without its
+    statistics it would not."""
+    env_id, cfg = checkpoints.read_run(cheetah_run)
+    folder = os.path.join(cheetah_run, checkpoints.CHECKPOINT_FOLDER, best_agent.BEST_FOLDER)
+    with open(os.path.join(folder, best_agent.BEST_INFO)) as f:
+        info = json.load(f)
+    env = environments.make_envs(env_id, cfg, 1, greedy=True)
+    spec = environments.env_spec(env, env_id)
+    graph = sessions.tf.Graph()
+    with graph.as_default():
+        net = a3c.ACNet("global", spec, cfg)
+        saver = sessions.v1.train.Saver(var_list=net.net_variables)
+        forget = sessions.v1.variables_initializer(net.obs_statistics)
+    scores = []
+    with sessions.v1.Session(graph=graph) as sess:
+        saver.restore(sess, checkpoints.latest_checkpoint(folder))
+        assert sess.run(net.obs_statistics)[0] > 0
+        for _ in range(2):
+            greedy = best_agent.GreedyPlayer(sess, net, 1, spec.obs_dtype)
+            returns, _ = best_agent.run_greedy_episodes(env, greedy, info["trial_episodes"], False,
+                                                        first_seed=best_agent.TRIAL_SEED)
+            scores.append(np.mean(returns))
+            sess.run(forget)
+    env.close()
+    # (continuous actions: the trials' batch of 2 envs and this batch of 1 round differently,
+    # and 100 steps of MuJoCo carry that on to the 5th digit)
+    assert scores[0] == pytest.approx(info["score"], rel=1e-4), scores
+    assert abs(scores[1] - info["score"]) > 0.05 * abs(info["score"]), scores
+
+
+def test_eval_and_resume_of_a_halfcheetah_run_use_its_statistics(cheetah_run, capsys):
+    """--eval restores them (and leaves them as they were: frozen); --resume goes on counting."""
+    checkpoint = checkpoints.latest_checkpoint(os.path.join(cheetah_run, "checkpoints"))
+    before = sessions.v1.train.load_variable(checkpoint, "global/obs_norm/count")
+    first = a3c.evaluate(cheetah_run, episodes=2, checkpoint="latest")
+    assert a3c.evaluate(cheetah_run, episodes=2, checkpoint="latest")["returns"] == first["returns"]
+    assert sessions.v1.train.load_variable(checkpoint, "global/obs_norm/count") == before
+    assert a3c.main(["--resume", cheetah_run, "--max-steps", "24000", "--no-plot"]) == 0
+    capsys.readouterr()
+    resumed = checkpoints.latest_checkpoint(os.path.join(cheetah_run, "checkpoints"))
+    assert sessions.v1.train.load_variable(resumed, "global/obs_norm/count") == int(
+        resumed.rsplit("-", 1)[1]) >= 24_000
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--set", "normalize_obs=maybe"], ["normalize_obs"]),
+    (["--set", "obs_clip=0"], ["obs_clip must be > 0"]),
+    (["--set", "obs_clip=-1"], ["obs_clip must be > 0"]),
+    (["--env", "ALE/Pong-v5", "--set", "normalize_obs=true"], ["normalize_obs is for flat"]),
+    (["--cluster", "local:2", "--set", "normalize_obs=true"], ["normalize_obs", "--cluster"]),
+])
+def test_bad_normaliser_settings_are_refused(argv, words, tmp_path, capsys):
+    assert_refused(["--env", CHEETAH, *argv] if "--env" not in argv else argv, capsys, tmp_path,
+                   *words)
+
+
+def test_making_mujoco_envs_writes_no_log_file_and_no_deprecation_warnings(tmp_path, monkeypatch,
+                                                                           capfd):
+    """MuJoCo 3.3+ warns of an attribute of gymnasium's own model files for every env made, to
+    stderr and into MUJOCO_LOG.TXT in the current folder: 32 times for 8 workers x 4 envs."""
+    monkeypatch.chdir(tmp_path)
+    envs = environments.make_envs("Walker2d-v5", config_module.Config(), 2)
+    envs.close()
+    assert os.listdir(tmp_path) == []
+    assert "settotalmass" not in capfd.readouterr().err
