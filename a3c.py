@@ -46,7 +46,7 @@ from config import Config
 from cpus import cpu_layout
 from sessions import close_remote_session, open_session, session_callable, tf, v1, versions
 from console import Console, Interrupted, UsageError, WorkerError, attempt, first_line, progress_line, tell, warn
-from environments import EnvSpec, GymEnvs, env_spec, is_atari, make_envs, probe_spec
+from environments import EnvSpec, env_spec, is_atari, make_envs, probe_spec
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
                       observation_statistics_update, optimizer_groups, scaled_observations,
@@ -55,7 +55,8 @@ from runlog import AnnealStart, EpisodeLog, RunHistory, display_available, plot_
 from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, checkpoint_note,
                          latest_checkpoint, new_run_dir, part_seed, read_run, read_run_info,
                          restore_checkpoint, resume_history, resume_point, write_atomically)
-from best_agent import BestCheckpoint, GreedyPlayer, TrialSchedule, pick_checkpoint, run_greedy_episodes, save_animation
+from best_agent import EVAL_SEED, BestCheckpoint, GreedyPlayer, TrialSchedule, pick_checkpoint, run_greedy_episodes
+from recording import Drawing, save_animation
 from remote import ChiefLink, ClusterLog, RemoteGlobal, resume_hint, start_cluster_task
 
 
@@ -962,14 +963,12 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # frames only: no window, no display
     env = make_envs(env_id, cfg, 1, greedy=True)
     spec = env_spec(env, env_id)
+    drawing = None
     if render_mode is not None and not is_atari(env_id):
-        # an env made with a mode it lacks only warns, then draws nothing
-        modes = env.envs[0].metadata.get("render_modes", [])
         env.close()
-        if render_mode not in modes:
-            raise UsageError(f"{env_id} cannot {'record' if record else 'render'}: it offers "
-                             f"render modes {modes}, not {render_mode}")
-        env = GymEnvs(env_id, cfg, 1, render_mode=render_mode)
+        drawing = Drawing(env_id, cfg, render_mode, display_available())
+        env = drawing.env
+    replays = drawing is not None and drawing.replays
     graph = tf.Graph()
     with graph.as_default():
         net = ACNet("global", spec, cfg)
@@ -982,8 +981,10 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         raise
 
     greedy = GreedyPlayer(sess, net, 1, spec.obs_dtype)
+    actions = [] if replays else None
     try:
-        returns, frames = run_greedy_episodes(env, greedy, episodes, record)
+        returns, frames = run_greedy_episodes(env, greedy, episodes, record and not replays,
+                                              actions=actions)
     except gym.error.DependencyNotInstalled as exc:
         raise UsageError(f"{env_id} cannot render: {exc}") from None
     finally:
@@ -991,8 +992,12 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         sess.close()
     result = dict(env=env_id, checkpoint=checkpoint, returns=returns,
                   mean=float(np.mean(returns)), std=float(np.std(returns)))
-    if record and frames:
-        result["animation"] = save_animation(frames, os.path.join(run_dir, "episode.gif"))
+    gif = os.path.join(run_dir, "episode.gif")
+    if replays:  # MuJoCo: drawn in a process without TensorFlow (recording.py)
+        if drawing.replay(EVAL_SEED, actions, gif if record else None):
+            result["animation"] = gif
+    elif record and frames:
+        result["animation"] = save_animation(frames, gif)
     print(f"{env_id}: deterministic policy of {played}, {checkpoint}: return "
           f"{result['mean']:.1f} ± {result['std']:.1f} over {episodes} episodes"
           + (f"; animation in {result['animation']}" if "animation" in result else ""),

@@ -17,6 +17,7 @@ from checkpoints import CHECKPOINT_FOLDER, ENV_ID_VARIABLE, latest_checkpoint, w
 from config import Config
 from console import UsageError, attempt, first_line, warn
 from environments import EnvSpec, make_envs
+from recording import RECORD_FRAME_LIMIT
 from runlog import RUNNING_WINDOW
 from sessions import session_callable, tf, v1
 
@@ -367,46 +368,28 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
     return which, which
 
 
-RECORD_FRAME_LIMIT = 5_000  # --record keeps an episode's first frames only (an Atari game can
-                           # last 27,000 steps)
-
-
 def run_greedy_episodes(env, greedy, episodes: int, record: bool,
-                        first_seed: int = EVAL_SEED) -> tuple[list, list]:
+                        first_seed: int = EVAL_SEED, actions: list = None) -> tuple[list, list]:
     """Play `episodes` episodes with a GreedyPlayer in a batch of one env (GymEnvs or
     AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first episode's
-    frames when recording."""
+    frames when recording. actions: a list that gets each episode's actions, as the env got
+    them (for a replay that draws, recording.draw_in_child)."""
     returns, frames = [], []
     for episode in range(episodes):
         obs = env.reset([first_seed + episode])
         greedy.start()
         total, done = 0.0, False
+        if actions is not None:
+            actions.append([])
         while not done:
             if record and episode == 0 and len(frames) < RECORD_FRAME_LIMIT:
                 frames.append(env.render())
-            next_obs, rewards, terminated, truncated = env.step(greedy(obs))
+            chosen = greedy(obs)
+            if actions is not None:
+                actions[-1].append(np.asarray(chosen[0]))
+            next_obs, rewards, terminated, truncated = env.step(chosen)
             obs = np.asarray(next_obs)
             total += float(rewards[0])
             done = bool(terminated[0] or truncated[0])
         returns.append(total)
     return returns, frames
-
-
-def save_animation(frames: list, path: str) -> str:
-    from PIL import Image  # installed with matplotlib
-
-    def image(frame):
-        frame = np.asarray(frame)
-        if frame.ndim == 2:  # an Atari agent's grayscale view (84 or 42 square), enlarged
-            return Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3),
-                                                 Image.NEAREST)
-        # a GIF frame holds 256 colours: fast octree reduces a frame to them about four times
-        # as fast as PIL's default median cut (results/overheads.md)
-        return Image.fromarray(frame).quantize(method=Image.Quantize.FASTOCTREE)
-
-    images = [image(frame) for frame in frames]
-    partial = path + ".partial"  # an interrupted save never leaves half a GIF under the name
-    images[0].save(partial, format="GIF", save_all=True, append_images=images[1:], duration=33,
-                   loop=0)
-    os.replace(partial, path)
-    return path

@@ -47,6 +47,12 @@ def is_atari(env_id: str) -> bool:
     return env_id.startswith(ATARI_PREFIX)
 
 
+def is_mujoco(env_id: str) -> bool:
+    """Whether gymnasium registers env_id as one of its MuJoCo envs (HalfCheetah-v5, ...)."""
+    registered = gym.envs.registry.get(env_id)
+    return registered is not None and "mujoco" in str(registered.entry_point)
+
+
 def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False):
     """count environments of env_id as one batch (AtariEnvs for ALE ids, else GymEnvs);
     greedy: for a deterministic policy's play (see AtariEnvs)."""
@@ -138,8 +144,7 @@ def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
         kwargs["render_mode"] = render_mode
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
-    registered = gym.envs.registry.get(env_id)
-    if registered is not None and "mujoco" in str(registered.entry_point):
+    if is_mujoco(env_id):
         quiet_mujoco_warnings()
     try:
         return gym.make(env_id, **kwargs)

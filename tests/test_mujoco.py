@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import a3c
 import best_agent
@@ -14,7 +15,7 @@ import config as config_module
 import environments
 import sessions
 from graphs import build_session
-from test_training import assert_refused, train
+from test_training import assert_refused, refused, train
 
 CHEETAH = "HalfCheetah-v5"
 # short episodes (a full one is 1,000 steps), so that a short run has a mean-100 and a best agent
@@ -164,3 +165,24 @@ def test_making_mujoco_envs_writes_no_log_file_and_no_deprecation_warnings(tmp_p
     envs.close()
     assert os.listdir(tmp_path) == []
     assert "settotalmass" not in capfd.readouterr().err
+
+
+def test_eval_records_a_gif_of_a_mujoco_agent_on_a_machine_without_a_display(cheetah_run,
+                                                                            monkeypatch):
+    """MuJoCo draws through OpenGL: with no display --record picks EGL by itself."""
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)  # (set first, so that the test's end restores what was there)
+    result = a3c.evaluate(cheetah_run, episodes=1, record=True, checkpoint="latest")
+    with Image.open(result["animation"]) as gif:
+        assert gif.size == (480, 480) and gif.n_frames == 100  # the config's max_episode_steps
+        assert np.asarray(gif.convert("RGB")).std() > 10, "a picture, not a blank frame"
+
+
+def test_eval_that_cannot_draw_mujoco_frames_says_so_in_one_line(cheetah_run, monkeypatch, capsys):
+    monkeypatch.setenv("MUJOCO_GL", "no-such-backend")
+    if os.path.exists(os.path.join(cheetah_run, "episode.gif")):  # (the test above's)
+        os.remove(os.path.join(cheetah_run, "episode.gif"))
+    refused(["--eval", cheetah_run, "--record"], capsys, "HalfCheetah-v5 cannot draw its frames",
+            "MUJOCO_GL", "EGL")
+    assert not os.path.exists(os.path.join(cheetah_run, "episode.gif"))

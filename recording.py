@@ -1,0 +1,150 @@
+"""Watching an agent: --record's GIF, and MuJoCo's frames drawn in a process of their own.
+
+MuJoCo draws through OpenGL, and in a process that has imported TensorFlow its EGL and Mesa
+drawing crash (a segmentation fault when the first frame is drawn; docs/usage.md). So --eval
+plays a MuJoCo agent without drawing, keeping its actions, and this module's child process,
+which imports no TensorFlow, replays them from the same seeds in an env that draws: the physics
+is deterministic, so the frames are those of the games played. Without a display it draws with
+EGL (MUJOCO_GL=egl). This module imports no TensorFlow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from console import UsageError, first_line
+
+RECORD_FRAME_LIMIT = 5_000  # --record keeps an episode's first frames only (an Atari game can
+                           # last 27,000 steps)
+
+
+def save_animation(frames: list, path: str) -> str:
+    from PIL import Image  # installed with matplotlib
+
+    def image(frame):
+        frame = np.asarray(frame)
+        if frame.ndim == 2:  # an Atari agent's grayscale view (84 or 42 square), enlarged
+            return Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3),
+                                                 Image.NEAREST)
+        # a GIF frame holds 256 colours: fast octree reduces a frame to them about four times
+        # as fast as PIL's default median cut (results/overheads.md)
+        return Image.fromarray(frame).quantize(method=Image.Quantize.FASTOCTREE)
+
+    images = [image(frame) for frame in frames]
+    partial = path + ".partial"  # an interrupted save never leaves half a GIF under the name
+    images[0].save(partial, format="GIF", save_all=True, append_images=images[1:], duration=33,
+                   loop=0)
+    os.replace(partial, path)
+    return path
+
+
+class Drawing:
+    """The env --eval --render / --record plays a gymnasium env in (not Atari: ale-py draws its
+    own), and how its frames are drawn: in this process (pygame's classic control), or, for
+    MuJoCo, replayed in a child process after the play (replays; see the module's note).
+    UsageError, before anything is played, where the env or the machine cannot draw."""
+
+    def __init__(self, env_id: str, cfg, render_mode: str, display: bool):
+        from environments import GymEnvs, is_mujoco, make_envs
+
+        self.env_id, self.cfg, self.render_mode, self.display = env_id, cfg, render_mode, display
+        self.replays = is_mujoco(env_id)
+        probe = GymEnvs(env_id, cfg, 1)
+        modes = probe.envs[0].metadata.get("render_modes", [])
+        probe.close()
+        if render_mode not in modes:  # an env made with a mode it lacks only warns, then draws nothing
+            raise UsageError(f"{env_id} cannot {'record' if render_mode == 'rgb_array' else 'render'}: "
+                             f"it offers render modes {modes}, not {render_mode}")
+        try:  # one frame first
+            if self.replays:
+                draw_in_child(env_id, cfg.max_episode_steps, render_mode, display)
+            else:
+                self.env = GymEnvs(env_id, cfg, 1, render_mode=render_mode)
+                self.env.reset([0])
+                self.env.render()
+        except Exception as exc:  # pygame's, MuJoCo's missing OpenGL (several types), the child's
+            if not self.replays:
+                self.env.close()
+            hint = (" (MuJoCo draws through OpenGL, which needs a display or EGL: apt install "
+                    "libegl1)" if self.replays else "")
+            raise UsageError(f"{env_id} cannot draw its frames here: {first_line(exc)}{hint}") from None
+        if self.replays:
+            self.env = make_envs(env_id, cfg, 1, greedy=True)
+
+    def replay(self, first_seed: int, actions: list, gif_path: str = None):
+        """MuJoCo: draw the episodes played (actions: run_greedy_episodes') in the child: the
+        first one into gif_path when recording, every one in a window when rendering."""
+        if self.render_mode == "rgb_array":
+            actions = actions[:1]
+        try:
+            draw_in_child(self.env_id, self.cfg.max_episode_steps, self.render_mode, self.display,
+                          [first_seed + k for k in range(len(actions))], actions, gif_path)
+        except RuntimeError as exc:
+            raise UsageError(f"{self.env_id} cannot draw its frames here: {exc}") from None
+        return gif_path
+
+
+def child_environment(display: bool) -> dict:
+    """The drawing process's environment: EGL where there is no display."""
+    environment = dict(os.environ)
+    if not display:
+        environment.setdefault("MUJOCO_GL", "egl")
+    return environment
+
+
+def draw_in_child(env_id: str, max_episode_steps, render_mode: str, display: bool,
+                  seeds: list = (), actions: list = (), gif_path: str = None) -> None:
+    """Replay each episode's actions from its seed in an env of render_mode, in a child
+    process; with gif_path, the first episode's frames go there. With no episodes: draw one
+    frame, to learn whether this machine can. RuntimeError (its last line) if the child fails."""
+    with tempfile.TemporaryDirectory() as folder:
+        actions_path = os.path.join(folder, "actions.npz")
+        np.savez(actions_path, *[np.asarray(a, np.float32) for a in actions])
+        request = dict(env_id=env_id, max_episode_steps=max_episode_steps,
+                       render_mode=render_mode, seeds=[int(s) for s in seeds],
+                       actions=actions_path, gif=gif_path)
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), json.dumps(request)],
+                              env=child_environment(display), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"its process ended with status {done.returncode}"
+        raise RuntimeError(reason)
+
+
+def replay(request: dict) -> None:
+    """The child's work (see draw_in_child)."""
+    from config import Config
+    from environments import make_env
+
+    cfg = Config(max_episode_steps=request["max_episode_steps"])
+    env = make_env(request["env_id"], cfg, request["render_mode"])
+    try:
+        if not request["seeds"]:
+            env.reset(seed=0)
+            env.render()
+            return
+        with np.load(request["actions"]) as stored:
+            episodes = [stored[f"arr_{k}"] for k in range(len(request["seeds"]))]
+        frames = []
+        for episode, (seed, actions) in enumerate(zip(request["seeds"], episodes)):
+            env.reset(seed=seed)
+            for action in actions:
+                frame = env.render()
+                if episode == 0 and request["gif"] and len(frames) < RECORD_FRAME_LIMIT:
+                    frames.append(frame)
+                env.step(action)
+        if request["gif"]:
+            save_animation(frames, request["gif"])
+    finally:
+        env.close()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    replay(json.loads(sys.argv[1]))
