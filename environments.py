@@ -191,7 +191,7 @@ class AtariEnvs:
 
     greedy: the envs of a deterministic policy (the best agent's trials, --eval), which press
     FIRE for it after a life is lost in a game that needs FIRE to go on (Breakout), and again
-    while nothing on the screen moves: an argmax that never picks FIRE would otherwise stand
+    once nothing on the screen has moved for STILL_STEPS steps: an argmax that never picks FIRE would otherwise stand
     still until the game's 108,000-frame limit, and a trial would cost minutes for a score the
     agent never earned. (Sticky actions swallow a press when the emulator repeats the previous
     action on all 4 frames of the step, 0.4% of them at 0.25.) Training's sampled actions
@@ -214,7 +214,7 @@ class AtariEnvs:
         self.count = count
         self.restarted = None
         self.fire_after_life_loss = greedy and atari_needs_fire(env_id)
-        self.lives = self.life_lost = self.standing_still = None
+        self.lives = self.life_lost = self.still_steps = None
 
     def __len__(self) -> int:
         return self.count
@@ -224,7 +224,7 @@ class AtariEnvs:
         obs, info = self.vector.reset(seed=np.asarray(seeds, np.int64) % 2 ** 31)
         self.restarted = obs
         self.lives, self.life_lost = info["lives"], np.zeros(self.count, bool)
-        self.standing_still = np.zeros(self.count, bool)
+        self.still_steps = np.zeros(self.count, np.int64)
         return obs
 
     def step(self, actions):
@@ -238,13 +238,17 @@ class AtariEnvs:
         if self.fire_after_life_loss:  # a new game's lives are no loss
             self.life_lost = (info["lives"] < self.lives) & ~ended
             self.lives = info["lives"]
-            # a game with lives to lose whose newest frame is the one before: waiting for FIRE
-            # (Pong has no lives, and its own still moments are play)
-            self.standing_still = (self.lives > 0) & ~ended & np.all(
-                obs[:, -1] == obs[:, -2], axis=(1, 2))
+            # a game with lives to lose whose screen has not changed for STILL_STEPS steps:
+            # waiting for FIRE (Pong has no lives; SpaceInvaders' invaders rest every other step)
+            still = (self.lives > 0) & ~ended & np.all(obs[:, -1] == obs[:, -2], axis=(1, 2))
+            self.still_steps = np.where(still, self.still_steps + 1, 0)
         if ended.any():  # the step's own observation is the final one of the ended game
             obs = np.where(ended[:, None, None, None], info["final_obs"], obs)
         return obs, rewards.astype(np.float64), terminated, truncated
+
+    @property
+    def standing_still(self) -> np.ndarray:
+        return self.still_steps >= STILL_STEPS
 
     def restart(self, k: int):
         return self.restarted[k]
@@ -275,6 +279,7 @@ def atari_game(env_id: str) -> tuple[str, dict]:
     return registered.kwargs["game"], registered.kwargs
 
 
+STILL_STEPS = 8  # greedy play presses FIRE once a game's screen has stood still this long
 ATARI_FIRE = 1  # FIRE's index in the minimal action set of every game that has it
 
 

@@ -453,11 +453,35 @@ def test_greedy_play_presses_fire_after_a_lost_life_where_the_game_needs_it():
         pong.close()
 
 
+def test_greedy_play_leaves_the_agents_actions_alone_while_the_game_moves():
+    """SpaceInvaders has FIRE (it shoots) and lives; its invaders rest every other step, so a
+    still frame alone is no sign of waiting. FIRE replaces random play only in the long freezes
+    before a lost life or the game's end (the cannon's explosion)."""
+    cfg = atari_config(repeat_action_probability=0.25)
+    envs = environments.make_envs("ALE/SpaceInvaders-v5", cfg, 1, greedy=True)
+    rng = np.random.default_rng(0)
+    try:
+        envs.reset([1])
+        pressed, freezes_end = [], []
+        for step in range(1500):
+            if envs.life_lost[0] or envs.standing_still[0]:
+                pressed.append(step)
+            _, _, terminated, truncated = envs.step(rng.integers(0, envs.action_space.n, 1))
+            if envs.life_lost[0] or terminated[0] or truncated[0]:
+                freezes_end.append(step)
+    finally:
+        envs.close()
+    assert pressed, "the explosions are long freezes"
+    assert all(any(0 <= end - step <= 30 for end in freezes_end) or step - 1 in freezes_end
+               for step in pressed), (pressed, freezes_end)
+
+
 def test_greedy_play_presses_fire_again_when_sticky_actions_swallowed_it():
     """Sticky actions replace an action by the previous one frame by frame: a FIRE repeated away
     on all 4 frames of its step leaves Breakout waiting (0.4% of presses at 0.25; 32% at 0.75,
-    used here). Greedy play presses FIRE again while nothing on the screen moves, so every
-    game of NOOPs still ends with every life lost, long before its frame limit."""
+    used here). Greedy play presses FIRE again once nothing on the screen has moved for
+    STILL_STEPS steps, so every game of NOOPs still ends with every life lost, long before its
+    frame limit."""
     cfg = atari_config(max_episode_steps=1000, repeat_action_probability=0.75)
     envs = environments.make_envs("ALE/Breakout-v5", cfg, 8, greedy=True)
     try:
