@@ -165,12 +165,16 @@ def wait_for_ps(cluster: Cluster, timeout_s: float = PS_WAIT_S) -> None:
 
 class LoopbackPorts:
     """`count` ports free on 127.0.0.1, held bound (not listening) until close(): while held,
-    the kernel gives none of them to anything else (a bind to port 0, a connection's own port,
-    a bind without SO_REUSEADDR), yet a task's TensorFlow server, which binds with SO_REUSEADDR,
-    takes its own (and check_port_free's probe passes). Closing them as soon as they are found
-    would leave each free for seconds, until its process has imported TensorFlow."""
+    the kernel hands none of them out by itself (to a bind to port 0 or a connection's own port)
+    and a bind without SO_REUSEADDR fails, yet a task's TensorFlow server, which binds with
+    SO_REUSEADDR, takes its own (and check_port_free's probe passes). Closing them as soon as
+    they are found would leave each free for seconds, until its process has imported
+    TensorFlow. (A program that binds one on purpose with SO_REUSEADDR still can.)"""
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, hold: bool = sys.platform.startswith("linux")):
+        """hold: keep them bound (Linux). Elsewhere they are closed at once: on BSD and macOS a
+        socket bound to 127.0.0.1 may take connections meant for the server on the wildcard
+        address, and Windows binds differently (not verified there)."""
         self.sockets = []
         try:
             for _ in range(count):
@@ -182,6 +186,8 @@ class LoopbackPorts:
             self.close()
             raise
         self.ports = [held.getsockname()[1] for held in self.sockets]
+        if not hold:
+            self.close()
 
     def close(self) -> None:
         for held in self.sockets:
@@ -429,10 +435,10 @@ def launch_local(script: str, argv: list, workers: int, say, sync: bool = False)
     """Start a ps and `workers` worker processes of `script` on free 127.0.0.1 ports, each with
     argv (less --cluster) plus its place in the cluster; show the chief's output, report the
     others' ends; on Ctrl-C or SIGTERM stop the workers (the chief saves its checkpoint), then
-    the ps. Returns the chief's exit status. No child outlives this process. sync: the run's
-    updates are synchronous (--sync), so a worker process that fails stops the run (1) at once,
-    joined or not, rather than after the chief's patience. The ports stay held (LoopbackPorts)
-    until the launch ends, so none is taken before its task binds it."""
+    the ps. Returns the chief's exit status. No child outlives this process. A ps that fails
+    stops the run (1) at once; so does a worker process with sync (--sync: every round needs
+    it), joined or not, rather than after the chief's patience. The ports stay held
+    (LoopbackPorts) until the launch ends, so none is taken before its task binds it."""
     with LoopbackPorts(1 + workers) as ports:
         spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
         return supervise_local(spec, [sys.executable, script, *without_flags(
@@ -481,19 +487,21 @@ def supervise_local(spec: dict, base: list, say, sync: bool) -> int:
                 if key != ("worker", 0) and key not in reported and child.poll() is not None:
                     reported.add(key)
                     if child.returncode != 0 and chief.poll() is None and not stopping:
-                        lost_a_round = sync and key[0] == "worker"
-                        after = ("" if key[0] != "worker" else "; the other workers go on" if not sync
-                                 else f"; the synchronous rounds need it: stopping the run (the "
-                                      f"chief writes its checkpoint; --resume RUN_DIR --cluster "
-                                      f"local:{workers} goes on from there)")
+                        # every process needs the ps; a --sync round needs every worker process
+                        ends_run = key[0] == "ps" or sync
+                        after = ("; the other workers go on" if not ends_run else
+                                 f"; the {'run needs it' if key[0] == 'ps' else 'synchronous rounds need it'}"
+                                 f": stopping the run (the chief writes its checkpoint if training "
+                                 f"had begun; --resume RUN_DIR --cluster local:{workers} goes on "
+                                 f"from there)")
                         say(f"a3c.py: {key[0]} process {key[1]} exited with status "
                             f"{child.returncode}{after}")
-                        if lost_a_round:
+                        if ends_run:
                             failed = True
-                            stopping.append(f"worker process {key[1]} failed")
+                            stopping.append(f"{key[0]} process {key[1]} failed")
             if chief.poll() is not None:  # a signal's death as the shell reports it
                 code = chief.returncode
-                if code not in (0, 1, 2, 130) and not stopping:
+                if code not in (0, 1, 2, 130) and not (stopping and code == -signal.SIGTERM):
                     say(f"a3c.py: the chief (worker process 0) exited with status {code}; the run "
                         f"folder keeps its last checkpoint (--resume RUN_DIR --cluster local:{workers})")
                 if failed:

@@ -247,12 +247,14 @@ def test_a_port_in_use_is_refused_before_anything_is_written(job, tmp_path, caps
 
 # A stand-in for a3c.py under the launcher (the launcher is generic in its script): each task
 # tries its port as another program would (a plain bind) and as its TensorFlow server does
-# (SO_REUSEADDR), writes what happened to task_<job>_<task>, then plays its part: worker 1 fails,
-# the chief ends by itself after argv[1] seconds, the ps waits to be stopped.
+# (SO_REUSEADDR), writes what happened to task_<job>_<task>, then plays its part: the task named
+# by argv[2] fails once the chief is up, the chief ends by itself after argv[1] seconds, the
+# others wait to be stopped.
 TASK_SCRIPT = """
 import json, os, signal, socket, sys, time
-args = sys.argv[2:]
+args = sys.argv[3:]
 spec, job, task = json.loads(args[args.index("--cluster") + 1]), args[-3], int(args[-1])
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(130 if job == "worker" else 0))
 port = int(spec[job][task].rpartition(":")[2])
 seen = {}
 for name, reuse in (("plain", 0), ("reuse", 1)):
@@ -265,36 +267,41 @@ for name, reuse in (("plain", 0), ("reuse", 1)):
             seen[name] = "in use"
 with open(f"task_{job}_{task}", "w") as f:
     json.dump(seen, f)
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(130 if job == "worker" else 0))
-if (job, task) == ("worker", 1):
+if f"{job}{task}" == sys.argv[2]:
+    while not os.path.exists("task_worker_0"):
+        time.sleep(0.05)
     sys.exit(3)
 time.sleep(float(sys.argv[1]) if (job, task) == ("worker", 0) else 60)
 """
 
 
-@pytest.mark.parametrize("sync", [True, False])
-def test_local_ports_are_held_for_their_tasks_and_a_failed_sync_worker_stops_the_run_at_once(
-        sync, tmp_path, monkeypatch):
-    """--cluster local:N holds its ports until the launch ends (no other program can bind one
-    between the launcher's choice and the task's own bind, seconds later; the task's server
-    can), and with --sync a worker process that fails, joined or not, stops the run at once:
-    the chief would otherwise wait CHIEF_WAIT_S for one that never joined."""
+@pytest.mark.parametrize("sync, failing", [(True, "worker1"), (False, "worker1"), (False, "ps0")])
+def test_local_ports_are_held_for_their_tasks_and_a_failure_the_run_cannot_go_on_without_stops_it(
+        sync, failing, tmp_path, monkeypatch):
+    """--cluster local:N holds its ports until the launch ends (nothing is handed one between the
+    launcher's choice and the task's own bind, seconds later; the task's server binds it). A
+    failed ps stops the run at once, and so does a failed worker process with --sync, joined or
+    not: the chief would otherwise wait for it (CHIEF_WAIT_S, PS_WAIT_S). Without --sync the
+    other workers go on."""
     script = tmp_path / "task.py"
     script.write_text(TASK_SCRIPT)
     monkeypatch.chdir(tmp_path)
     said = []
+    stops = sync or failing == "ps0"
+    chief_s = 30 if stops else 2
     started = time.time()
-    chief_s = 30 if sync else 2
-    code = cluster.launch_local(str(script), [str(chief_s)], 2, said.append, sync=sync)
+    code = cluster.launch_local(str(script), [str(chief_s), failing], 2, said.append, sync=sync)
     took = time.time() - started
     for job, task in (("ps", 0), ("worker", 0), ("worker", 1)):
         seen = json.loads((tmp_path / f"task_{job}_{task}").read_text())
         assert seen == {"plain": "in use", "reuse": "bound"}, (job, task, seen)
-    if sync:
+    job, task = failing[:-1], failing[-1]
+    if stops:
         assert code == 1, said
         assert took < chief_s / 3, "stopped long before the chief's own end"
-        assert any("worker process 1 exited with status 3; the synchronous rounds need it: "
-                   "stopping the run" in line for line in said), said
+        needs = "the run needs it" if job == "ps" else "the synchronous rounds need it"
+        assert any(f"{job} process {task} exited with status 3; {needs}: stopping the run"
+                   in line for line in said), said
     else:
         assert code == 0, said  # the chief's own end
         assert took >= chief_s
