@@ -24,6 +24,7 @@ import io
 import os
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -36,7 +37,8 @@ import environments  # noqa: E402
 import runlog  # noqa: E402
 import sessions  # noqa: E402
 import config as config_module  # noqa: E402
-from targets import ATARI_TARGETS, TARGETS  # noqa: E402
+from targets import (ATARI_TARGETS, CLEANRL_PPO_LAST_100, MUJOCO_STEPS, MUJOCO_TARGETS,  # noqa: E402
+                     TARGETS)
 
 
 def first_reach(rows: dict, target: float):
@@ -47,18 +49,45 @@ def first_reach(rows: dict, target: float):
 
 
 def target_of(env_id: str) -> float:
-    return ATARI_TARGETS.get(env_id, np.inf) if environments.is_atari(env_id) else TARGETS.get(env_id, (np.inf,))[0]
+    if environments.is_atari(env_id):
+        return ATARI_TARGETS.get(env_id, np.inf)
+    if env_id in MUJOCO_TARGETS:
+        return MUJOCO_TARGETS[env_id][0]
+    return TARGETS.get(env_id, (np.inf,))[0]
+
+
+def bare_loop_steps_per_s(env_id: str, seconds: float = 5.0) -> float:
+    """Env steps/s of one env stepped with random actions in a plain loop, nothing else: the
+    ceiling a run is measured against, taken right before it (hosts drift by the hour)."""
+    import gymnasium as gym
+    environments.quiet_mujoco_warnings()
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(100):
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+        steps += 100
+    rate = steps / (time.perf_counter() - start)
+    env.close()
+    return rate
 
 
 def run_one(env_id: str, seed: int, overrides: dict, workdir: str, frames: int) -> dict:
     target, atari = target_of(env_id), environments.is_atari(env_id)
+    mujoco = env_id in MUJOCO_TARGETS
     budget = (dict(max_episodes=None, max_steps=frames // environments.FRAME_SKIP) if atari  # frames
+              else dict(max_episodes=None, max_steps=MUJOCO_STEPS) if mujoco
               else dict(max_episodes=TARGETS.get(env_id, (np.inf, 1000))[1]))
+    bare = bare_loop_steps_per_s(env_id) if mujoco else None
     preset = config_module.config_for(env_id, sync=overrides.get("sync_updates", False))
     cfg = dataclasses.replace(preset, seed=seed, **budget)
     cfg = dataclasses.replace(cfg, **overrides)  # --set max_episodes=... may extend the budget
     budget_text = (f"{cfg.max_steps * environments.FRAME_SKIP / 1e6:g}M frames" if atari and cfg.max_steps
-                   else f"{cfg.max_episodes} ep")
+                   else f"{cfg.max_steps / 1e6:g}M steps" if mujoco else f"{cfg.max_episodes} ep")
     summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
     rows = runlog.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
     evaluation = a3c.evaluate(summary["run_dir"], episodes=ATARI_EVAL_GAMES if atari else EVAL_EPISODES,
@@ -66,7 +95,7 @@ def run_one(env_id: str, seed: int, overrides: dict, workdir: str, frames: int) 
     if os.sep + best_agent.BEST_FOLDER + os.sep not in evaluation["checkpoint"]:  # it played the latest
         evaluation["mean"] = float("nan")
     hit = first_reach(rows, target)
-    return dict(env=env_id, seed=seed, budget=budget_text, rows=rows,
+    return dict(env=env_id, seed=seed, budget=budget_text, rows=rows, bare_steps_per_s=bare,
                 steps_per_s=summary["steps_per_s"],
                 wall_s=summary["wall_s"], env_steps=summary["env_steps"],
                 final=float(rows["running_return"][-1]),
@@ -124,6 +153,41 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def mujoco_table(results: list[dict]) -> str:
+    """MuJoCo's protocols side by side: the deterministic eval of the best checkpoint over 20
+    episodes against rl-baselines3-zoo's A2C (must) and tuned PPO (goal) at 1M steps, and the
+    mean of the last 100 training episodes against CleanRL's PPO; speed against a bare loop."""
+    lines = ["| env | seed | eval of the best (20 episodes, deterministic) | must: rl-zoo A2C | "
+             "goal: rl-zoo PPO | final mean-100 (last 100 training episodes) | CleanRL PPO, "
+             "same protocol | best mean-100 | wall s | env steps/s | bare env loop steps/s | "
+             "run / bare |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for env_id in dict.fromkeys(r["env"] for r in results):
+        runs = [r for r in results if r["env"] == env_id]
+        must, goal = MUJOCO_TARGETS[env_id]
+        cleanrl = CLEANRL_PPO_LAST_100[env_id]
+        for r in runs:
+            lines.append(f"| {env_id} | {r['seed']} | {r['eval_best']:,.0f} | {must:,.0f} | "
+                         f"{goal:,.0f} | {r['final']:,.0f} | {cleanrl:,.0f} | {r['best']:,.0f} | "
+                         f"{r['wall_s']:.0f} | {r['steps_per_s']:,.0f} | "
+                         f"{r['bare_steps_per_s']:,.0f} | "
+                         f"{r['steps_per_s'] / r['bare_steps_per_s']:.2f} |")
+        median = {key: float(np.median([r[key] for r in runs]))
+                  for key in ("eval_best", "final", "best", "wall_s", "steps_per_s",
+                              "bare_steps_per_s")}
+        lines.append(f"| **{env_id}** | **median** | **{median['eval_best']:,.0f}** | | | "
+                     f"**{median['final']:,.0f}** | | {median['best']:,.0f} | "
+                     f"{median['wall_s']:.0f} | {median['steps_per_s']:,.0f} | "
+                     f"{median['bare_steps_per_s']:,.0f} | "
+                     f"{median['steps_per_s'] / median['bare_steps_per_s']:.2f} |")
+        lines.append(f"| **{env_id}** | **seeds at/above** | "
+                     f"**must: {sum(r['eval_best'] >= must for r in runs)} of {len(runs)}, goal: "
+                     f"{sum(r['eval_best'] >= goal for r in runs)} of {len(runs)}** | | | "
+                     f"**{sum(r['final'] >= cleanrl for r in runs)} of {len(runs)} at CleanRL's** "
+                     f"| | | | | | |")
+    return "\n".join(lines)
+
+
 def versus_table(base: list[dict], variant: list[dict], versus: str) -> str:
     """Per env, both sides' medians and variant / plain: wall time to the target (a run that never
     reached it counts as infinitely late, and, for a lower bound, as late as its whole run), env
@@ -157,19 +221,28 @@ def plot(results: list[dict], env_id: str, path: str, settings: str) -> None:
     import matplotlib.pyplot as plt
 
     runs = [r for r in results if r["env"] == env_id]
-    length = min(len(r["rows"]["running_return"]) for r in runs)
-    curves = np.stack([r["rows"]["running_return"][:length] for r in runs])
-    episodes = np.arange(1, length + 1)
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    if env_id in MUJOCO_TARGETS:  # episodes of different lengths (a fall ends one): env steps
+        grid = np.linspace(0, min(r["rows"]["env_steps"][-1] for r in runs), 200)
+        def on_grid(rows):
+            known = np.isfinite(rows["running_return"])
+            return np.interp(grid, rows["env_steps"][known], rows["running_return"][known])
+        curves = np.stack([on_grid(r["rows"]) for r in runs])
+        x, x_of = grid, (lambda r: r["rows"]["env_steps"])
+        ax.set_xlabel("env steps")
+    else:
+        length = min(len(r["rows"]["running_return"]) for r in runs)
+        curves = np.stack([r["rows"]["running_return"][:length] for r in runs])
+        x, x_of = np.arange(1, length + 1), (lambda r: r["rows"]["episode"])
+        ax.set_xlabel("episode")
     for r in runs:
-        ax.plot(r["rows"]["episode"], r["rows"]["return"], alpha=0.12, linewidth=0.6)
-    ax.fill_between(episodes, curves.min(0), curves.max(0), alpha=0.3, color="tab:blue",
+        ax.plot(x_of(r), r["rows"]["return"], alpha=0.12, linewidth=0.6)
+    ax.fill_between(x, curves.min(0), curves.max(0), alpha=0.3, color="tab:blue",
                     label=f"min..max over {len(runs)} seeds")
-    ax.plot(episodes, curves.mean(0), color="tab:blue", linewidth=2, label="mean of the mean-100")
+    ax.plot(x, curves.mean(0), color="tab:blue", linewidth=2, label="mean of the mean-100")
     target = target_of(env_id)
     if np.isfinite(target):
         ax.axhline(target, color="tab:red", linestyle="--", linewidth=1, label=f"target {target:g}")
-    ax.set_xlabel("episode")
     ax.set_ylabel("raw return (thin: episodes; band: mean-100)")
     preset = "default preset" + (f" + {settings}" if settings != "none" else "")
     ax.set_title(f"A3C on {env_id}, {preset}, seeds {', '.join(str(r['seed']) for r in runs)}",
@@ -197,6 +270,8 @@ def main(argv=None) -> int:
                         "them (default: a temporary folder, deleted at the end)")
     parser.add_argument("--tag", default="", help="suffix of the output names, e.g. _vs_envs1 writes "
                         "learning_vs_envs1.md and learning_vs_envs1_<env>.png")
+    parser.add_argument("--name", default="learning", help="the output names' stem: --name mujoco "
+                        "writes results/mujoco.md and mujoco_<env>.png")
     parser.add_argument("--no-save", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
     overrides = config_module.parse_overrides(args.set)
@@ -219,6 +294,10 @@ def main(argv=None) -> int:
                           f"{r['steps_per_s']:,.0f} steps/s, "
                           f"{r['wall_s']:.0f} s", flush=True)
     text = table(results["plain"])
+    if any(r["env"] in MUJOCO_TARGETS for r in results["plain"]):
+        text = (f"{mujoco_table([r for r in results['plain'] if r['env'] in MUJOCO_TARGETS])}"
+                f"\n\nThe table every env gets (target: the must-reach value, as mean-100):"
+                f"\n\n{text}")
     if args.versus:
         text += (f"\n\nThe same seeds with {versus}, each run next to the plain one:\n\n"
                  f"{table(results[versus])}\n\nSide by side (each cell: plain / {versus}; "
@@ -229,15 +308,15 @@ def main(argv=None) -> int:
         os.makedirs(args.out, exist_ok=True)
         settings = ", ".join(args.set) or "none"
         command = " ".join(["python bench/learning.py"] + (argv if argv is not None else sys.argv[1:]))
-        with open(os.path.join(args.out, f"learning{args.tag}.md"), "w") as f:
+        with open(os.path.join(args.out, f"{args.name}{args.tag}.md"), "w") as f:
             f.write(f"# Learning benchmark\n\n`{command}` (overrides: {settings}); "
                     f"versions: {sessions.versions()}.\n\n{text}\n")
         for env_id in args.envs:
             plot(results["plain"], env_id,
-                 os.path.join(args.out, f"learning{args.tag}_{checkpoints.file_name(env_id)}.png"), settings)
+                 os.path.join(args.out, f"{args.name}{args.tag}_{checkpoints.file_name(env_id)}.png"), settings)
             if args.versus:
                 plot(results[versus], env_id,
-                     os.path.join(args.out, f"learning{args.tag}_versus_{checkpoints.file_name(env_id)}.png"),
+                     os.path.join(args.out, f"{args.name}{args.tag}_versus_{checkpoints.file_name(env_id)}.png"),
                      ", ".join(args.set + args.versus))
     return 0
 

@@ -16,6 +16,7 @@ DEAREST_FIRST = ["test_checkpoints",   # 176
                  "test_cluster",       # 145
                  "test_cluster_sync",  # 113
                  "test_atari",         # 61
+                 "test_mujoco",        # (new; about 60)
                  "test_sync",          # 45
                  "test_training",      # 38
                  "test_graph",         # 17
