@@ -12,6 +12,7 @@ seconds, next to its env steps/s. Writes results/sb3_a2c.md unless --no-save.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -30,6 +31,13 @@ ZOO = {
     "CartPole-v1": dict(normalize=False, kwargs=dict(ent_coef=0.0), lr=7e-4, linear_lr=False,
                         timesteps=500_000),
 }
+# MuJoCo (--mujoco): rl-zoo's a2c.yml gives these envs `normalize: true` and 1M steps, SB3's
+# defaults otherwise (one env, n_steps 5, gamma 0.99, lr 7e-4, RMSprop); rl-zoo then scores the
+# final model's deterministic policy, with the normaliser's statistics frozen
+MUJOCO = {env_id: dict(normalize=True, kwargs=dict(gamma=0.99), lr=7e-4, linear_lr=False,
+                       timesteps=1_000_000, n_envs=1)
+          for env_id in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")}
+EVAL_EPISODES = 20
 TARGETS = {env_id: target for env_id, (target, _) in BENCH_TARGETS.items() if env_id in ZOO}
 
 
@@ -39,14 +47,15 @@ def run(env_id: str, seed: int, budget_steps: int) -> dict:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    zoo = ZOO[env_id]
-    env = make_vec_env(env_id, n_envs=8, seed=seed)  # Monitor inside: raw returns
+    zoo = ZOO.get(env_id) or MUJOCO[env_id]
+    env = make_vec_env(env_id, n_envs=zoo.get("n_envs", 8), seed=seed)  # Monitor inside: raw returns
     if zoo["normalize"]:
         env = VecNormalize(env, gamma=zoo["kwargs"]["gamma"])
     lr = zoo["lr"]
     schedule = (lambda remaining: remaining * lr) if zoo["linear_lr"] else lr
     model = A2C("MlpPolicy", env, learning_rate=schedule, seed=seed, verbose=0, **zoo["kwargs"])
-    target = TARGETS[env_id]
+    target = TARGETS.get(env_id, float("inf"))
+    budget_steps = zoo["timesteps"] if env_id in MUJOCO else budget_steps
 
     class Watch(BaseCallback):
         def __init__(self):
@@ -71,8 +80,30 @@ def run(env_id: str, seed: int, budget_steps: int) -> dict:
     watch = Watch()
     model.learn(total_timesteps=zoo["timesteps"], callback=watch)
     wall = time.time() - watch.start
-    return dict(env=env_id, seed=seed, reached=watch.reached, steps=model.num_timesteps, wall=wall,
-                steps_per_s=model.num_timesteps / wall)
+    result = dict(env=env_id, seed=seed, reached=watch.reached, steps=model.num_timesteps,
+                  wall=wall, steps_per_s=model.num_timesteps / wall,
+                  last_100=statistics.mean(watch.returns) if watch.returns else float("nan"))
+    if env_id in MUJOCO:
+        result["eval"] = deterministic_eval(model, env, env_id, seed)
+    return result
+
+
+def deterministic_eval(model, train_env, env_id: str, seed: int) -> float:
+    """rl-zoo's protocol: the final model's deterministic policy over EVAL_EPISODES episodes,
+    through the training run's normaliser with its statistics frozen; the mean raw return."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed + 10_000), training=False,
+                       norm_reward=False, gamma=train_env.gamma)
+    env.obs_rms = train_env.obs_rms
+    returns, obs = [], env.reset()
+    while len(returns) < EVAL_EPISODES:
+        action, _ = model.predict(obs, deterministic=True)
+        obs, _, dones, infos = env.step(action)
+        if dones[0] and "episode" in infos[0]:
+            returns.append(infos[0]["episode"]["r"])
+    return statistics.mean(returns)
 
 
 def main(argv=None) -> int:
@@ -83,7 +114,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), "results"))
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--mujoco", action="store_true", help="HalfCheetah, Hopper and Walker2d "
+                        "(v5) at rl-zoo's settings, 1M steps each, scored by the final model's "
+                        "deterministic eval; writes results/sb3_a2c_mujoco.md and .json, which "
+                        "bench/learning.py --name mujoco puts beside its own runs")
     args = parser.parse_args(argv)
+    if args.mujoco and args.envs == list(ZOO):
+        args.envs = list(MUJOCO)
     try:
         import stable_baselines3
         import torch
@@ -92,6 +129,8 @@ def main(argv=None) -> int:
               "(pip install torch stable-baselines3), an optional comparison", file=sys.stderr)
         return 2
 
+    if args.mujoco:
+        return main_mujoco(args, stable_baselines3.__version__, torch)
     lines = ["| env | seed | target (mean-100) | reached at episode | env steps | wall s | env steps/s |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for env_id in args.envs:
@@ -109,6 +148,32 @@ def main(argv=None) -> int:
     if not args.no_save:
         with open(os.path.join(args.out, "sb3_a2c.md"), "w") as f:
             f.write(text)
+    return 0
+
+
+def main_mujoco(args, sb3_version: str, torch) -> int:
+    lines = [f"| env | seed | eval of the final model ({EVAL_EPISODES} episodes, deterministic) | "
+             "mean of the last 100 training episodes | env steps | wall s | env steps/s |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    results = []
+    for env_id in args.envs:
+        for seed in args.seeds:
+            r = run(env_id, seed, 0)
+            r.pop("reached")
+            results.append(r)
+            lines.append(f"| {env_id} | {seed} | {r['eval']:,.0f} | {r['last_100']:,.0f} | "
+                         f"{r['steps']:,} | {r['wall']:.0f} | {r['steps_per_s']:,.0f} |")
+            print(lines[-1], flush=True)
+    text = (f"# Stable-Baselines3 A2C on MuJoCo, rl-zoo settings (normalize: true, one env)\n\n"
+            f"`python bench/sb3_a2c.py --mujoco` (stable-baselines3 {sb3_version}, torch "
+            f"{torch.__version__}, {torch.get_num_threads()} torch threads)\n\n"
+            + "\n".join(lines) + "\n")
+    print(text)
+    if not args.no_save:
+        with open(os.path.join(args.out, "sb3_a2c_mujoco.md"), "w") as f:
+            f.write(text)
+        with open(os.path.join(args.out, "sb3_a2c_mujoco.json"), "w") as f:
+            json.dump(results, f, indent=1)
     return 0
 
 
