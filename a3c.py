@@ -1236,10 +1236,11 @@ def main(argv=None, command_line: bool = False) -> int:
                 probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
         if cfg.normalize_obs and is_atari(env_id):
             raise UsageError("normalize_obs is for flat observations: Atari frames are scaled to "
-                             "[0, 1] in the graph; drop it")
+                             "[0, 1] in the graph; drop --set normalize_obs=true")
         if cfg.normalize_obs and cluster is not None:
-            raise UsageError("normalize_obs does not work with --cluster yet (the statistics are "
-                             "kept in one process's graph); train in one process, or drop it")
+            raise UsageError("normalize_obs (the MuJoCo preset sets it) does not work with "
+                             "--cluster yet: its statistics are kept in one process's graph; "
+                             "train in one process, or add --set normalize_obs=false")
         if isinstance(cluster, int):
             if args.resume is not None:  # a run that cannot go on: refused before any process starts
                 checkpoint = latest_checkpoint(os.path.join(args.resume, CHECKPOINT_FOLDER))
