@@ -23,14 +23,6 @@ SHORT = dict(normalize_obs=True, max_episode_steps=100, best_trial_episodes=2,
              best_checkpoint_every_s=0.0, best_trial_cpu_share=1.0)
 
 
-def cheetah_spec(cfg):
-    envs = environments.make_envs(CHEETAH, cfg, 1)
-    try:
-        return environments.env_spec(envs, CHEETAH)
-    finally:
-        envs.close()
-
-
 def test_the_statistics_of_pushed_observations_are_numpys_mean_and_variance():
     """Two workers push rollouts of known observations (far from mean 0, variance 1): the global
     net's statistics then give numpy's mean and variance of all of them, each worker's pull
@@ -38,7 +30,7 @@ def test_the_statistics_of_pushed_observations_are_numpys_mean_and_variance():
     cfg = dataclasses.replace(config_module.config_for(CHEETAH), workers=2, envs_per_worker=2,
                               n_steps=5, actor_hidden=(8,), critic_hidden=(8,), normalize_obs=True,
                               obs_clip=3.0)
-    spec = cheetah_spec(cfg)
+    spec = environments.probe_spec(CHEETAH, cfg)
     sess, global_net, nets = build_session(spec, cfg)
     rng = np.random.default_rng(0)
     T, E, dims = cfg.n_steps, cfg.envs_per_worker, spec.obs_shape[0]
@@ -74,7 +66,7 @@ def test_the_statistics_of_pushed_observations_are_numpys_mean_and_variance():
 def test_without_observations_yet_a_net_sees_them_as_they_are():
     cfg = dataclasses.replace(config_module.config_for(CHEETAH), workers=1, actor_hidden=(8,),
                               critic_hidden=(8,), normalize_obs=True)
-    spec = cheetah_spec(cfg)
+    spec = environments.probe_spec(CHEETAH, cfg)
     sess, global_net, _ = build_session(spec, cfg)
     probe = np.linspace(-5, 5, 2 * spec.obs_shape[0], dtype=np.float32).reshape(2, -1)
     np.testing.assert_allclose(sess.run(global_net.features, {global_net.obs: probe}), probe,
