@@ -105,6 +105,10 @@ class Config:
     and _lr go unused). Off in the presets; its cost: docs/config.md."""
     lstm_units: int = 256
     """Cells of the LSTM (A3C paper: 256)."""
+    lstm_input_hidden: tuple = ()
+    """Flat observations with use_lstm: hidden layers (hidden_activation) between them and the
+    LSTM, part of the shared trunk, e.g. (200,) as the A3C paper on MuJoCo (200 ReLUs, then 128
+    cells). None by default: what they change on CartPole and Pendulum is not measured yet."""
     atari_threads: int = 1
     """Atari: C++ threads of each worker's ale-py vector env, which step its games (1: with 8
     workers there are already more such threads than cores; not tuned further)."""
@@ -224,6 +228,9 @@ class Config:
             sizes = getattr(self, name)
             if not sizes or any(int(s) < 1 for s in sizes):
                 raise ValueError(f"{name} needs one or more layer sizes >= 1, got {sizes}")
+        if any(int(s) < 1 for s in self.lstm_input_hidden):
+            raise ValueError(f"lstm_input_hidden needs layer sizes >= 1 (or none), got "
+                             f"{self.lstm_input_hidden}")
 
 
 # What every Atari game shares: the A3C paper's setup, except the trunk, rollout length, rate and

@@ -194,7 +194,12 @@ def network_input(obs, spec: EnvSpec, cfg: Config):
         with v1.variable_scope("trunk", reuse=v1.AUTO_REUSE):
             return cnn_trunk(obs, cfg)
     obs = scaled_observations(obs, spec, cfg)
-    return normalised_observations(obs, cfg) if cfg.normalize_obs else obs
+    if cfg.normalize_obs:
+        obs = normalised_observations(obs, cfg)
+    if cfg.use_lstm and cfg.lstm_input_hidden:  # the LSTM's input layers, in the shared trunk
+        with v1.variable_scope("trunk", reuse=v1.AUTO_REUSE):
+            return mlp(obs, cfg.lstm_input_hidden, "mlp", cfg)
+    return obs
 
 
 def shared_trunk(spec: EnvSpec, cfg: Config) -> bool:

@@ -5,6 +5,7 @@ import io
 import os
 
 import numpy as np
+import pytest
 
 import a3c
 import environments
@@ -44,8 +45,13 @@ def replay_one_step_at_a_time(sess, net, worker):
     return np.array(logits), np.array(next_values), state
 
 
-def test_the_update_unrolls_the_lstm_from_each_rollouts_first_state_and_resets_at_episode_ends():
-    cfg, sess, net, worker = lstm_worker(STAGGERED, gamma=0.9)
+@pytest.mark.parametrize("input_hidden", [(), (6,)])
+def test_the_update_unrolls_the_lstm_from_each_rollouts_first_state_and_resets_at_episode_ends(
+        input_hidden):
+    """(input_hidden: flat observations reach the LSTM directly, or through a hidden layer of
+    the trunk first.)"""
+    cfg, sess, net, worker = lstm_worker(STAGGERED, gamma=0.9, lstm_input_hidden=input_hidden)
+    assert any("trunk/mlp/h0" in p.op.name for p in net.trunk_params) == bool(input_hidden)
     T, E = cfg.n_steps, cfg.envs_per_worker
     ends_inside_a_rollout = cuts = 0
     for _ in range(5):
