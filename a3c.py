@@ -994,6 +994,9 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
                   mean=float(np.mean(returns)), std=float(np.std(returns)))
     gif = os.path.join(run_dir, "episode.gif")
     if replays:  # MuJoCo: drawn in a process without TensorFlow (recording.py)
+        tell(out, f"{env_id}: drawing {'the first episode' if record else 'the episodes'} again "
+                  f"in a process of its own ({len(actions[0]):,} steps{' and more' if render else ''}), "
+                  f"as MuJoCo cannot draw beside TensorFlow")
         if drawing.replay(EVAL_SEED, actions, gif if record else None):
             result["animation"] = gif
     elif record and frames:
@@ -1238,9 +1241,10 @@ def main(argv=None, command_line: bool = False) -> int:
             raise UsageError("normalize_obs is for flat observations: Atari frames are scaled to "
                              "[0, 1] in the graph; drop --set normalize_obs=true")
         if cfg.normalize_obs and cluster is not None:
-            raise UsageError("normalize_obs (the MuJoCo preset sets it) does not work with "
-                             "--cluster yet: its statistics are kept in one process's graph; "
-                             "train in one process, or add --set normalize_obs=false")
+            raise UsageError("normalize_obs does not work with --cluster yet: its statistics "
+                             "are kept in one process's graph; train in one process, or without "
+                             "it (the MuJoCo preset turns it on; --set normalize_obs=false turns "
+                             "it off)")
         if isinstance(cluster, int):
             if args.resume is not None:  # a run that cannot go on: refused before any process starts
                 checkpoint = latest_checkpoint(os.path.join(args.resume, CHECKPOINT_FOLDER))

@@ -20,6 +20,7 @@ CASES = [
     (UNKNOWN, False, f"no preset for {UNKNOWN}: Config's defaults"),
     ("HalfCheetah-v5", False, "the MuJoCo preset (config.py MUJOCO)"),    # any MuJoCo env,
     ("Walker2d-v4", False, "the MuJoCo preset (config.py MUJOCO)"),       # any version
+    ("Hopper-v5", False, "the Hopper-v5 preset (config.py PRESETS)"),     # MUJOCO and its own
     ("Ant-v5", True, "the MuJoCo preset (config.py MUJOCO)"),
     ("mypkg:Hopper-v0", False, "no preset for mypkg:Hopper-v0: Config's defaults"),
     ("Pendulum-v1", True, "the Pendulum-v1 preset (config.py PRESETS)"),
