@@ -156,10 +156,12 @@ class ACNet:
             return tf.group(*[local.assign(glob) for local, glob
                               in zip(self.net_variables, global_net.net_variables)])
 
-        # the rollout's observations join the global net's statistics as its gradients do
-        statistics_update = ([observation_statistics_update(
-            global_net.obs_statistics, scaled_observations(self.obs, spec, cfg))]
-            if global_net.obs_statistics else [])
+        def update_statistics():
+            """The rollout's observations join the global net's statistics as its gradients do
+            (built under the finite check, so that a refused push adds nothing)."""
+            return ([observation_statistics_update(
+                global_net.obs_statistics, scaled_observations(self.obs, spec, cfg))]
+                if global_net.obs_statistics else [])
 
         self.pull = copy_global_params()
         if cfg.sync_updates:
@@ -174,7 +176,7 @@ class ACNet:
             with tf.control_dependencies([finite_check]):
                 self.store_gradients = tf.group(*[
                     store.assign(grad) for stores, grads in zip(self.gradient_store, gradients)
-                    for store, grad in zip(stores, grads) if grad is not None], *statistics_update)
+                    for store, grad in zip(stores, grads) if grad is not None], *update_statistics())
             pulled = copy_global_params()
         else:
             # the optimisers' slots belong to the global net: made at the root variable scope
@@ -186,7 +188,7 @@ class ACNet:
                 self.push = tf.group(*[
                     optimizer.apply_gradients(zip(grads, global_params)) for optimizer, grads,
                     (_, _, global_params) in zip(optimizers, self.clipped_grads, losses)],
-                    *statistics_update)
+                    *update_statistics())
             with tf.control_dependencies([self.push]):  # pull only after this push has landed
                 self.push_and_pull = pulled = copy_global_params()
         self._build_acting_after(pulled, spec, cfg)
@@ -997,8 +999,16 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         tell(out, f"{env_id}: drawing {'the first episode' if record else 'the episodes'} again "
                   f"in a process of its own ({len(actions[0]):,} steps{' and more' if render else ''}), "
                   f"as MuJoCo cannot draw beside TensorFlow")
-        if drawing.replay(EVAL_SEED, actions, gif if record else None):
-            result["animation"] = gif
+        try:  # the episodes are played: a failure here costs the picture only
+            result["replayed_returns"] = drawing.replay(EVAL_SEED, actions, gif if record else None)
+            if record:
+                result["animation"] = gif
+        except RuntimeError as exc:
+            warn(f"{env_id} could not draw the episodes again: {exc}")
+        replayed = result.get("replayed_returns")
+        if replayed is not None and replayed != returns[:len(replayed)]:
+            warn(f"the episodes drawn again scored {replayed}, not {returns[:len(replayed)]}: "
+                 f"the pictures may not be the games played")
     elif record and frames:
         result["animation"] = save_animation(frames, gif)
     print(f"{env_id}: deterministic policy of {played}, {checkpoint}: return "

@@ -108,7 +108,7 @@ class Config:
     lstm_input_hidden: tuple = ()
     """Flat observations with use_lstm: hidden layers (hidden_activation) between them and the
     LSTM, part of the shared trunk, e.g. (200,) as the A3C paper on MuJoCo (200 ReLUs, then 128
-    cells). None by default: what they change on CartPole and Pendulum is not measured yet."""
+    cells). Empty by default: what they change on CartPole and Pendulum is not measured yet."""
     atari_threads: int = 1
     """Atari: C++ threads of each worker's ale-py vector env, which step its games (1: with 8
     workers there are already more such threads than cores; not tuned further)."""

@@ -76,17 +76,15 @@ class Drawing:
         if self.replays:
             self.env = make_envs(env_id, cfg, 1, greedy=True)
 
-    def replay(self, first_seed: int, actions: list, gif_path: str = None):
+    def replay(self, first_seed: int, actions: list, gif_path: str = None) -> list:
         """MuJoCo: draw the episodes played (actions: run_greedy_episodes') in the child: the
-        first one into gif_path when recording, every one in a window when rendering."""
+        first one into gif_path when recording, every one in a window when rendering. Returns
+        the replayed episodes' returns (RuntimeError if the child failed)."""
         if self.render_mode == "rgb_array":
             actions = actions[:1]
-        try:
-            draw_in_child(self.env_id, self.cfg.max_episode_steps, self.render_mode, self.display,
-                          [first_seed + k for k in range(len(actions))], actions, gif_path)
-        except RuntimeError as exc:
-            raise UsageError(f"{self.env_id} cannot draw its frames here: {exc}") from None
-        return gif_path
+        return draw_in_child(self.env_id, self.cfg.max_episode_steps, self.render_mode,
+                             self.display, [first_seed + k for k in range(len(actions))], actions,
+                             gif_path)
 
 
 def child_environment(display: bool) -> dict:
@@ -98,10 +96,11 @@ def child_environment(display: bool) -> dict:
 
 
 def draw_in_child(env_id: str, max_episode_steps, render_mode: str, display: bool,
-                  seeds: list = (), actions: list = (), gif_path: str = None) -> None:
+                  seeds: list = (), actions: list = (), gif_path: str = None) -> list:
     """Replay each episode's actions from its seed in an env of render_mode, in a child
     process; with gif_path, the first episode's frames go there. With no episodes: draw one
-    frame, to learn whether this machine can. RuntimeError (its last line) if the child fails."""
+    frame, to learn whether this machine can. Returns the replayed episodes' returns (the
+    played ones again, if the replay is true); RuntimeError (its last line) if the child fails."""
     with tempfile.TemporaryDirectory() as folder:
         actions_path = os.path.join(folder, "actions.npz")
         np.savez(actions_path, *[np.asarray(a, np.float32) for a in actions])
@@ -110,11 +109,12 @@ def draw_in_child(env_id: str, max_episode_steps, render_mode: str, display: boo
                        actions=actions_path, gif=gif_path)
         done = subprocess.run([sys.executable, os.path.abspath(__file__), json.dumps(request)],
                               env=child_environment(display), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         reason = lines[-1] if lines else f"its process ended with status {done.returncode}"
         raise RuntimeError(reason)
+    return json.loads(done.stdout.strip().splitlines()[-1])["returns"]
 
 
 def replay(request: dict) -> None:
@@ -125,24 +125,26 @@ def replay(request: dict) -> None:
     cfg = Config(max_episode_steps=request["max_episode_steps"])
     env = make_env(request["env_id"], cfg, request["render_mode"])
     try:
+        returns = []
         if not request["seeds"]:
             env.reset(seed=0)
             env.render()
-            return
         with np.load(request["actions"]) as stored:
             episodes = [stored[f"arr_{k}"] for k in range(len(request["seeds"]))]
         frames = []
         for episode, (seed, actions) in enumerate(zip(request["seeds"], episodes)):
             env.reset(seed=seed)
+            returns.append(0.0)
             for action in actions:
                 frame = env.render()
                 if episode == 0 and request["gif"] and len(frames) < RECORD_FRAME_LIMIT:
                     frames.append(frame)
-                env.step(action)
+                returns[-1] += float(env.step(action)[1])
         if request["gif"]:
             save_animation(frames, request["gif"])
     finally:
         env.close()
+    print(json.dumps({"returns": returns}), flush=True)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,29 @@ def test_the_statistics_of_pushed_observations_are_numpys_mean_and_variance():
     sess.close()
 
 
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_refused_push_adds_nothing_to_the_statistics(sync):
+    """A rollout with a non-finite observation fails the finite check, so its gradients are not
+    applied (or stored): nor are its observations counted (a NaN mean would poison every later
+    normalised input)."""
+    cfg = dataclasses.replace(config_module.config_for(CHEETAH), workers=1, envs_per_worker=2,
+                              n_steps=3, actor_hidden=(8,), critic_hidden=(8,),
+                              sync_updates=sync)
+    spec = environments.probe_spec(CHEETAH, cfg)
+    sess, global_net, (net,) = build_session(spec, cfg)
+    T, E, dims = cfg.n_steps, cfg.envs_per_worker, spec.obs_shape[0]
+    obs = np.ones((T * E, dims), np.float32)
+    obs[2, 3] = np.nan
+    feed = {net.obs: obs, net.actions: np.zeros((T * E, spec.n_actions)), net.next_obs: obs,
+            net.rewards: np.zeros((T, E)), net.terminated: np.zeros((T, E)),
+            net.ended: np.zeros((T, E))}
+    with pytest.raises(sessions.tf.errors.InvalidArgumentError, match="non-finite"):
+        sess.run(net.store_gradients if sync else net.push, feed)
+    count, total, squares = sess.run(global_net.obs_statistics)
+    assert count == 0 and not total.any() and not squares.any()
+    sess.close()
+
+
 def test_without_observations_yet_a_net_sees_them_as_they_are():
     cfg = dataclasses.replace(config_module.config_for(CHEETAH), workers=1, actor_hidden=(8,),
                               critic_hidden=(8,), normalize_obs=True)
@@ -123,12 +146,19 @@ def test_the_best_agent_restored_plays_its_trial_score_again_with_its_statistics
 
 
 def test_eval_and_resume_of_a_halfcheetah_run_use_its_statistics(cheetah_run, capsys):
-    """--eval restores them (and leaves them as they were: frozen); --resume goes on counting."""
-    checkpoint = checkpoints.latest_checkpoint(os.path.join(cheetah_run, "checkpoints"))
-    before = sessions.v1.train.load_variable(checkpoint, "global/obs_norm/count")
+    """--eval restores them and plays the same again; a net that only plays (--eval's, the best
+    agent's) has no op that changes them; --resume goes on counting."""
     first = a3c.evaluate(cheetah_run, episodes=2, checkpoint="latest")
     assert a3c.evaluate(cheetah_run, episodes=2, checkpoint="latest")["returns"] == first["returns"]
-    assert sessions.v1.train.load_variable(checkpoint, "global/obs_norm/count") == before
+    _, cfg = checkpoints.read_run(cheetah_run)
+    graph = sessions.tf.Graph()
+    with graph.as_default():
+        net = a3c.ACNet("global", environments.probe_spec(CHEETAH, cfg), cfg)
+    assert len(net.obs_statistics) == 3
+    initializers = {v.initializer for v in net.obs_statistics}
+    writers = [op for op in graph.get_operations() if op.type.startswith(("Assign", "ResourceApply"))
+               and "obs_norm" in " ".join(i.name for i in op.inputs) and op not in initializers]
+    assert writers == []
     assert a3c.main(["--resume", cheetah_run, "--max-steps", "24000", "--no-plot"]) == 0
     capsys.readouterr()
     resumed = checkpoints.latest_checkpoint(os.path.join(cheetah_run, "checkpoints"))
@@ -166,6 +196,7 @@ def test_eval_records_a_gif_of_a_mujoco_agent_on_a_machine_without_a_display(che
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)  # (set first, so that the test's end restores what was there)
     result = a3c.evaluate(cheetah_run, episodes=1, record=True, checkpoint="latest")
+    assert result["replayed_returns"] == result["returns"], "the GIF shows the episode played"
     with Image.open(result["animation"]) as gif:
         assert gif.size == (480, 480)
         assert np.asarray(gif.convert("RGB")).std() > 10, "a picture, not a blank frame"
