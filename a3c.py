@@ -996,19 +996,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
                   mean=float(np.mean(returns)), std=float(np.std(returns)))
     gif = os.path.join(run_dir, "episode.gif")
     if replays:  # MuJoCo: drawn in a process without TensorFlow (recording.py)
-        tell(out, f"{env_id}: drawing {'the first episode' if record else 'the episodes'} again "
-                  f"in a process of its own ({len(actions[0]):,} steps{' and more' if render else ''}), "
-                  f"as MuJoCo cannot draw beside TensorFlow")
-        try:  # the episodes are played: a failure here costs the picture only
-            result["replayed_returns"] = drawing.replay(EVAL_SEED, actions, gif if record else None)
-            if record:
-                result["animation"] = gif
-        except RuntimeError as exc:
-            warn(f"{env_id} could not draw the episodes again: {exc}")
-        replayed = result.get("replayed_returns")
-        if replayed is not None and replayed != returns[:len(replayed)]:
-            warn(f"the episodes drawn again scored {replayed}, not {returns[:len(replayed)]}: "
-                 f"the pictures may not be the games played")
+        result.update(drawing.draw_played(EVAL_SEED, returns, actions, gif if record else None, out))
     elif record and frames:
         result["animation"] = save_animation(frames, gif)
     print(f"{env_id}: deterministic policy of {played}, {checkpoint}: return "

@@ -17,7 +17,7 @@ import tempfile
 
 import numpy as np
 
-from console import UsageError, first_line
+from console import UsageError, first_line, tell, warn
 
 RECORD_FRAME_LIMIT = 5_000  # --record keeps an episode's first frames only (an Atari game can
                            # last 27,000 steps)
@@ -85,6 +85,25 @@ class Drawing:
         return draw_in_child(self.env_id, self.cfg.max_episode_steps, self.render_mode,
                              self.display, [first_seed + k for k in range(len(actions))], actions,
                              gif_path)
+
+
+    def draw_played(self, first_seed: int, returns: list, actions: list, gif_path, out) -> dict:
+        """replay, for --eval once its episodes are played: says so first (it takes a while),
+        and warns (a failure costs the picture only, not the results) where the child failed or
+        its returns are not the ones played. The result's animation and replayed_returns."""
+        what = "the first episode" if gif_path else "the episodes"
+        tell(out, f"{self.env_id}: drawing {what} again in a process of its own "
+                  f"({len(actions[0]):,} steps{'' if gif_path else ' and more'}), as MuJoCo "
+                  f"cannot draw beside TensorFlow")
+        try:
+            replayed = self.replay(first_seed, actions, gif_path)
+        except RuntimeError as exc:
+            warn(f"{self.env_id} could not draw the episodes again: {exc}")
+            return {}
+        if replayed != returns[:len(replayed)]:
+            warn(f"the episodes drawn again scored {replayed}, not {returns[:len(replayed)]}: "
+                 f"the pictures may not be the games played")
+        return dict(replayed_returns=replayed, **({"animation": gif_path} if gif_path else {}))
 
 
 def child_environment(display: bool) -> dict:
