@@ -967,8 +967,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     spec = env_spec(env, env_id)
     drawing = None
     if render_mode is not None and not is_atari(env_id):
-        env.close()
-        drawing = Drawing(env_id, cfg, render_mode, display_available())
+        drawing = Drawing(env_id, cfg, render_mode, display_available(), env)
         env = drawing.env
     replays = drawing is not None and drawing.replays
     graph = tf.Graph()

@@ -186,14 +186,14 @@ class AtariEnvs:
     them) step the games and do the standard preprocessing there: 4 frames skipped per
     action with the last two max-pooled, 84x84 grayscale (42x42 for the small CNN), the last 4
     stacked (zeros before a game's first frame), 0-29 random no-ops at reset (0-28 and a FIRE
-    press where the game needs FIRE), the minimal action set. An episode is a whole game (all lives); rewards are the raw score (clipping is for
-    learning, in the worker).
+    press where the game needs FIRE), the minimal action set. An episode is a whole game (all
+    lives); rewards are the raw score (clipping is for learning, in the worker).
 
     greedy: the envs of a deterministic policy (the best agent's trials, --eval), which press
     FIRE for it after a life is lost in a game that needs FIRE to go on (Breakout), and again
-    once nothing on the screen has moved for STILL_STEPS steps: an argmax that never picks FIRE would otherwise stand
-    still until the game's 108,000-frame limit, and a trial would cost minutes for a score the
-    agent never earned. (Sticky actions swallow a press when the emulator repeats the previous
+    once nothing on the screen has moved for STILL_STEPS steps: an argmax that never picks
+    FIRE would otherwise stand still until the game's 108,000-frame limit, and a trial would
+    cost minutes for a score the agent never earned. (Sticky actions swallow a press when the emulator repeats the previous
     action on all 4 frames of the step, 0.4% of them at 0.25.) Training's sampled actions
     press FIRE by themselves."""
 

@@ -49,14 +49,17 @@ class Drawing:
     MuJoCo, replayed in a child process after the play (replays; see the module's note).
     UsageError, before anything is played, where the env or the machine cannot draw."""
 
-    def __init__(self, env_id: str, cfg, render_mode: str, display: bool):
-        from environments import GymEnvs, is_mujoco, make_envs
+    def __init__(self, env_id: str, cfg, render_mode: str, display: bool, played):
+        """played: the env --eval made to play in (GymEnvs, drawing nothing): a replay plays in
+        it; otherwise it is closed for one that draws."""
+        from environments import GymEnvs, is_mujoco
 
         self.env_id, self.cfg, self.render_mode, self.display = env_id, cfg, render_mode, display
         self.replays = is_mujoco(env_id)
-        probe = GymEnvs(env_id, cfg, 1)
-        modes = probe.envs[0].metadata.get("render_modes", [])
-        probe.close()
+        self.env = played if self.replays else None
+        modes = played.envs[0].metadata.get("render_modes", [])
+        if not self.replays or render_mode not in modes:
+            played.close()
         if render_mode not in modes:  # an env made with a mode it lacks only warns, then draws nothing
             raise UsageError(f"{env_id} cannot {'record' if render_mode == 'rgb_array' else 'render'}: "
                              f"it offers render modes {modes}, not {render_mode}")
@@ -68,13 +71,11 @@ class Drawing:
                 self.env.reset([0])
                 self.env.render()
         except Exception as exc:  # pygame's, MuJoCo's missing OpenGL (several types), the child's
-            if not self.replays:
+            if self.env is not None:
                 self.env.close()
             hint = (" (MuJoCo draws through OpenGL, which needs a display or EGL: apt install "
                     "libegl1)" if self.replays else "")
             raise UsageError(f"{env_id} cannot draw its frames here: {first_line(exc)}{hint}") from None
-        if self.replays:
-            self.env = make_envs(env_id, cfg, 1, greedy=True)
 
     def replay(self, first_seed: int, actions: list, gif_path: str = None) -> list:
         """MuJoCo: draw the episodes played (actions: run_greedy_episodes') in the child: the
