@@ -19,8 +19,9 @@ CASES = [
     ("ALE/Boxing-v5", False, "the Atari preset (config.py ATARI)"),        # none: ATARI
     (UNKNOWN, False, f"no preset for {UNKNOWN}: Config's defaults"),
     ("HalfCheetah-v5", False, "the MuJoCo preset (config.py MUJOCO)"),    # any MuJoCo env,
-    ("Walker2d-v4", False, "the MuJoCo preset (config.py MUJOCO)"),       # any version
+    ("Swimmer-v4", False, "the MuJoCo preset (config.py MUJOCO)"),        # any version
     ("Hopper-v5", False, "the Hopper-v5 preset (config.py PRESETS)"),     # MUJOCO and its own
+    ("Walker2d-v4", False, "the Walker2d-v4 preset (config.py PRESETS)"),
     ("Ant-v5", True, "the MuJoCo preset (config.py MUJOCO)"),
     ("mypkg:Hopper-v0", False, "no preset for mypkg:Hopper-v0: Config's defaults"),
     ("Pendulum-v1", True, "the Pendulum-v1 preset (config.py PRESETS)"),
@@ -36,7 +37,7 @@ def env_preset(env_id: str) -> dict:
     """The env's own preset, looked up here from the dicts themselves, not through config's code."""
     if env_id in config.PRESETS:
         return config.PRESETS[env_id]
-    if env_id.split("-v")[0] in ("HalfCheetah", "Walker2d", "Ant"):
+    if env_id.split("-v")[0] in ("HalfCheetah", "Swimmer", "Ant"):
         return config.MUJOCO
     return config.ATARI if env_id.startswith("ALE/") else {}
 

@@ -2,12 +2,14 @@
 where an episode ends, the update unrolled from the state the rollout started with."""
 import dataclasses
 import io
+import json
 import os
 
 import numpy as np
 import pytest
 
 import a3c
+import checkpoints
 import environments
 import runlog
 import config as config_module
@@ -100,3 +102,12 @@ def test_the_lstm_learns_what_needs_memory_and_plays_it_back_where_the_feed_forw
     summary = a3c.train(CUE, cfg, str(tmp_path), show_plot=False, out=io.StringIO())
     rows = runlog.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
     assert np.max(rows["running_return"][99:]) < 0.5, "without memory the cue is a coin toss"
+
+
+def test_a_run_saved_before_lstm_input_hidden_existed_is_read_as_the_lstm_on_raw_observations(tmp_path):
+    saved = dataclasses.asdict(dataclasses.replace(config_module.config_for("CartPole-v1"), use_lstm=True))
+    assert saved.pop("lstm_input_hidden") != (), "today's default has an input layer"
+    # what --resume and --eval read: a run folder's config.json without the field
+    (tmp_path / "config.json").write_text(json.dumps({"env": "CartPole-v1", "config": saved}))
+    env_id, cfg = checkpoints.read_run(str(tmp_path))
+    assert (env_id, cfg.use_lstm, cfg.lstm_input_hidden) == ("CartPole-v1", True, ())
