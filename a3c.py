@@ -46,7 +46,7 @@ from config import Config
 from cpus import cpu_layout
 from sessions import close_remote_session, open_session, session_callable, tf, v1, versions
 from console import Console, Interrupted, UsageError, WorkerError, attempt, first_line, progress_line, tell, warn
-from environments import EnvSpec, env_spec, is_atari, make_envs, probe_spec
+from environments import ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
                       observation_statistics_update, optimizer_groups, scaled_observations,
@@ -56,7 +56,7 @@ from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, che
                          latest_checkpoint, new_run_dir, part_seed, read_run, read_run_info,
                          restore_checkpoint, resume_history, resume_point, write_atomically)
 from best_agent import EVAL_SEED, BestCheckpoint, GreedyPlayer, TrialSchedule, pick_checkpoint, run_greedy_episodes
-from recording import Drawing, save_animation
+from recording import Drawing, ScreenWindow, save_animation
 from remote import ChiefLink, ClusterLog, RemoteGlobal, resume_hint, start_cluster_task
 
 
@@ -953,9 +953,6 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         raise UsageError("--render and --record do not go together: --render shows the "
                          "episodes in a window, --record writes episode.gif; choose one")
     env_id, cfg = read_run(run_dir)
-    if render and is_atari(env_id):
-        raise UsageError("Atari games cannot render in a window (ale-py's vector env keeps no "
-                         "screen); use --record to write the agent's frames to episode.gif")
     if render and not display_available():  # pygame would crash the process, not raise
         raise UsageError("--render needs a display and none is set (DISPLAY or WAYLAND_DISPLAY); "
                          "use --record to write episode.gif instead")
@@ -963,7 +960,15 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     render_mode = "human" if render else ("rgb_array" if record else None)
     if render_mode == "rgb_array":
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # frames only: no window, no display
-    env = make_envs(env_id, cfg, 1, greedy=True)
+    # Atari: the agent plays training's own envs, and a twin of them keeps the colour screen
+    window = (ScreenWindow(env_id, ATARI_STEPS_PER_S)
+              if render and is_atari(env_id) else None)
+    try:
+        env = make_envs(env_id, cfg, 1, greedy=True, screen=record, window=window)
+    except BaseException:  # the envs close the window once they have it
+        if window is not None:
+            window.close()
+        raise
     spec = env_spec(env, env_id)
     drawing = None
     if render_mode is not None and not is_atari(env_id):
@@ -979,6 +984,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         restore_checkpoint(sess, saver, checkpoint, net.net_variables, env_id)
     except UsageError:
         sess.close()
+        env.close()
         raise
 
     greedy = GreedyPlayer(sess, net, 1, spec.obs_dtype)
@@ -997,7 +1003,8 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     if replays:  # MuJoCo: drawn in a process without TensorFlow (recording.py)
         result.update(drawing.draw_played(EVAL_SEED, returns, actions, gif if record else None, out))
     elif record and frames:
-        result["animation"] = save_animation(frames, gif)
+        result["animation"] = save_animation(
+            frames, gif, round(1000 / ATARI_STEPS_PER_S) if is_atari(env_id) else 33)
     print(f"{env_id}: deterministic policy of {played}, {checkpoint}: return "
           f"{result['mean']:.1f} ± {result['std']:.1f} over {episodes} episodes"
           + (f"; animation in {result['animation']}" if "animation" in result else ""),

@@ -53,11 +53,12 @@ def is_mujoco(env_id: str) -> bool:
     return registered is not None and "mujoco" in str(registered.entry_point)
 
 
-def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False):
+def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False, screen: bool = False,
+              window=None):
     """count environments of env_id as one batch (AtariEnvs for ALE ids, else GymEnvs);
-    greedy: for a deterministic policy's play (see AtariEnvs)."""
+    greedy, screen and window: for a deterministic policy's play, Atari only (see AtariEnvs)."""
     if is_atari(env_id):
-        return AtariEnvs(env_id, cfg, count, greedy)
+        return AtariEnvs(env_id, cfg, count, greedy, screen, window)
     return GymEnvs(env_id, cfg, count)
 
 
@@ -173,6 +174,8 @@ def quiet_mujoco_warnings() -> None:
 
 
 FRAME_SKIP = 4  # emulator frames per Atari agent step (the standard preprocessing's skip)
+ATARI_STEPS_PER_S = 60 / FRAME_SKIP  # a game's pace as a person sees it: the console's 60 frames/s
+SCREEN_HEIGHT, SCREEN_WIDTH = 210, 160  # the console's screen, as ALE gives it
 
 
 def frame_size(cfg: Config) -> int:
@@ -195,20 +198,35 @@ class AtariEnvs:
     FIRE would otherwise stand still until the game's 108,000-frame limit, and a trial would
     cost minutes for a score the agent never earned. (Sticky actions swallow a press when the emulator repeats the previous
     action on all 4 frames of the step, 0.4% of them at 0.25.) Training's sampled actions
-    press FIRE by themselves."""
+    press FIRE by themselves.
 
-    def __init__(self, env_id: str, cfg: Config, count: int, greedy: bool = False):
+    screen (--eval --record): the same games are also played, in lockstep, by a twin vector
+    env that keeps each step's last frame in colour at the console's own size, which render()
+    gives. ALE's games follow from the seed and the actions alone (sticky actions and no-ops
+    included; tests/test_atari.py), so the twin's are the agent's games, and the agent's input
+    is training's own. window (--eval --render): an object whose show(frame) draws each of the
+    twin's frames (recording.ScreenWindow); close() closes it."""
+
+    def __init__(self, env_id: str, cfg: Config, count: int, greedy: bool = False,
+                 screen: bool = False, window=None):
         game, _ = atari_game(env_id)
         self.game = game
         from ale_py.vector_env import AtariVectorEnv
         frames = 108_000 if cfg.max_episode_steps is None else cfg.max_episode_steps * FRAME_SKIP
         side = frame_size(cfg)
-        self.vector = AtariVectorEnv(
-            game, count, num_threads=cfg.atari_threads, frameskip=FRAME_SKIP, maxpool=True, stack_num=4,
-            img_height=side, img_width=side, grayscale=True, noop_max=30, episodic_life=False,
-            reward_clipping=False, repeat_action_probability=cfg.repeat_action_probability,
-            full_action_space=False, max_num_frames_per_episode=frames,
-            autoreset_mode="SameStep")
+        rules = dict(num_threads=cfg.atari_threads, frameskip=FRAME_SKIP, noop_max=30,
+                     episodic_life=False, reward_clipping=False,
+                     repeat_action_probability=cfg.repeat_action_probability,
+                     full_action_space=False, max_num_frames_per_episode=frames,
+                     autoreset_mode="SameStep")
+        self.vector = AtariVectorEnv(game, count, maxpool=True, stack_num=4, img_height=side,
+                                     img_width=side, grayscale=True, **rules)
+        self.screen = self.screen_frames = None
+        self.window = window
+        if screen or window is not None:
+            self.screen = AtariVectorEnv(game, count, maxpool=False, stack_num=1,
+                                         img_height=SCREEN_HEIGHT, img_width=SCREEN_WIDTH,
+                                         grayscale=False, **rules)
         self.observation_space = self.vector.single_observation_space
         self.action_space = self.vector.single_action_space
         self.count = count
@@ -221,7 +239,10 @@ class AtariEnvs:
 
     def reset(self, seeds) -> np.ndarray:
         # ALE takes C++ ints: seeds past 2**31 - 1 (a resumed part's, a large --seed) wrap round
-        obs, info = self.vector.reset(seed=np.asarray(seeds, np.int64) % 2 ** 31)
+        seeds = np.asarray(seeds, np.int64) % 2 ** 31
+        obs, info = self.vector.reset(seed=seeds)
+        if self.screen is not None:
+            self.take_screen(self.screen.reset(seed=seeds)[0])
         self.restarted = obs
         self.lives, self.life_lost = info["lives"], np.zeros(self.count, bool)
         self.still_steps = np.zeros(self.count, np.int64)
@@ -233,6 +254,8 @@ class AtariEnvs:
             actions = np.where(self.life_lost | self.standing_still, ATARI_FIRE,
                                actions).astype(np.int32)
         obs, rewards, terminated, truncated, info = self.vector.step(actions)
+        if self.screen is not None:
+            self.take_screen(self.screen.step(actions)[0])
         self.restarted = obs  # where an episode ended, the next one has already begun
         ended = terminated | truncated
         if self.fire_after_life_loss:  # a new game's lives are no loss
@@ -253,12 +276,24 @@ class AtariEnvs:
     def restart(self, k: int):
         return self.restarted[k]
 
+    def take_screen(self, screen_frames: np.ndarray) -> None:
+        self.screen_frames = screen_frames[:, -1]  # (count, height, width, 3): each game's newest
+        if self.window is not None:
+            self.window.show(self.screen_frames[0])
+
     def render(self):
-        """The newest preprocessed frame of env 0 (ALE's vector env keeps no screen)."""
+        """Env 0's newest frame: in colour at the console's size with screen, else the agent's
+        own preprocessed one (ALE's vector env keeps no screen)."""
+        if self.screen is not None:
+            return self.screen_frames[0].copy()
         return self.restarted[0, -1].copy()
 
     def close(self) -> None:
         self.vector.close()
+        if self.screen is not None:
+            self.screen.close()
+        if self.window is not None:
+            self.window.close()
 
 
 def atari_game(env_id: str) -> tuple[str, dict]:

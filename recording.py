@@ -1,4 +1,5 @@
-"""Watching an agent: --record's GIF, and MuJoCo's frames drawn in a process of their own.
+"""Watching an agent: --record's GIF, an Atari game's window, and MuJoCo's frames drawn in a
+process of their own.
 
 MuJoCo draws through OpenGL, and in a process that has imported TensorFlow its EGL and Mesa
 drawing crash (a segmentation fault when the first frame is drawn; docs/usage.md). So --eval
@@ -23,7 +24,8 @@ RECORD_FRAME_LIMIT = 5_000  # --record keeps an episode's first frames only (an 
                            # last 27,000 steps)
 
 
-def save_animation(frames: list, path: str) -> str:
+def save_animation(frames: list, path: str, frame_ms: int = 33) -> str:
+    """frames as a looping GIF at path, frame_ms milliseconds each."""
     from PIL import Image  # installed with matplotlib
 
     def image(frame):
@@ -37,15 +39,46 @@ def save_animation(frames: list, path: str) -> str:
 
     images = [image(frame) for frame in frames]
     partial = path + ".partial"  # an interrupted save never leaves half a GIF under the name
-    images[0].save(partial, format="GIF", save_all=True, append_images=images[1:], duration=33,
+    images[0].save(partial, format="GIF", save_all=True, append_images=images[1:], duration=frame_ms,
                    loop=0)
     os.replace(partial, path)
     return path
 
 
+class ScreenWindow:
+    """--eval --render of an Atari game: each frame AtariEnvs(window=...) shows, enlarged in a
+    pygame window, at the game's own pace (steps_per_s). UsageError where no window opens."""
+
+    def __init__(self, title: str, steps_per_s: float, scale: int = 3):
+        import pygame  # installed with gymnasium[classic-control]
+        self.pygame, self.title, self.scale, self.steps_per_s = pygame, title, scale, steps_per_s
+        self.surface = None
+        try:
+            pygame.display.init()
+        except pygame.error as exc:
+            raise UsageError(f"{title} cannot open a window here: {exc}; use --record to write "
+                             f"episode.gif instead") from None
+        self.clock = pygame.time.Clock()
+
+    def show(self, frame: np.ndarray) -> None:
+        pygame = self.pygame
+        if self.surface is None:
+            self.surface = pygame.display.set_mode((frame.shape[1] * self.scale,
+                                                    frame.shape[0] * self.scale))
+            pygame.display.set_caption(self.title)
+        image = pygame.surfarray.make_surface(np.ascontiguousarray(frame.swapaxes(0, 1)))
+        pygame.transform.scale(image, self.surface.get_size(), self.surface)
+        pygame.event.pump()  # a window whose events go unread is "not responding"
+        pygame.display.flip()
+        self.clock.tick(self.steps_per_s)
+
+    def close(self) -> None:
+        self.pygame.display.quit()
+
+
 class Drawing:
-    """The env --eval --render / --record plays a gymnasium env in (not Atari: ale-py draws its
-    own), and how its frames are drawn: in this process (pygame's classic control), or, for
+    """The env --eval --render / --record plays a gymnasium env in (not Atari: AtariEnvs' screen
+    twin and ScreenWindow), and how its frames are drawn: in this process (pygame's classic control), or, for
     MuJoCo, replayed in a child process after the play (replays; see the module's note).
     UsageError, before anything is played, where the env or the machine cannot draw."""
 

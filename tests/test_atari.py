@@ -97,6 +97,53 @@ def test_same_seeds_give_the_same_games():
     np.testing.assert_array_equal(runs[0], runs[1])
 
 
+def test_evals_screen_twin_gives_the_agent_trainings_observations_and_draws_its_games():
+    """--eval --record/--render play Breakout through AtariEnvs(screen=True): the agent's input
+    must be training's own from the same seed, through lost lives (greedy FIRE), a game cut by
+    the time limit and the next game, and the colour screen must be the games it plays."""
+    from PIL import Image  # installed with matplotlib
+    cfg = atari_config(max_episode_steps=400)
+    side = environments.frame_size(cfg)
+    game = "ALE/Breakout-v5"
+    watched = environments.make_envs(game, cfg, 1, greedy=True, screen=True)
+    plain = environments.make_envs(game, cfg, 1, greedy=True)
+    rng = np.random.default_rng(3)
+    np.testing.assert_array_equal(watched.reset([21]), plain.reset([21]))
+    ends, screens = 0, set()
+    for _ in range(900):
+        actions = rng.integers(0, 4, 1)
+        seen, rewards, terminated, truncated = watched.step(actions)
+        expected, rewards_2, terminated_2, truncated_2 = plain.step(actions)
+        np.testing.assert_array_equal(seen, expected)
+        assert (rewards, terminated, truncated) == (rewards_2, terminated_2, truncated_2)
+        ends += int(terminated[0] or truncated[0])
+        screen = watched.render()
+        assert screen.shape == (210, 160, 3) and screen.dtype == np.uint8
+        screens.add(screen.tobytes())
+        # the screen, grayed and shrunk to the agent's size, is the agent's newest frame but
+        # for blur and max-pooling (mean difference 0.6 of 255 here)
+        shrunk = np.asarray(Image.fromarray(screen).convert("L").resize((side, side), Image.BOX))
+        if not (terminated[0] or truncated[0]):  # (at an end the agent sees the final frame)
+            assert np.abs(shrunk.astype(np.int16) - seen[0, -1]).mean() < 3
+    assert ends >= 1 and len(screens) > 100
+    assert np.array_equal(plain.render(), plain.restarted[0, -1]), "no twin: the agent's frame"
+    watched.close()
+    plain.close()
+
+
+def test_the_atari_window_shows_the_screen_enlarged(monkeypatch):
+    """--eval --render's window (pygame's own, with SDL's dummy video driver: no display here)."""
+    import recording
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    window = recording.ScreenWindow("ALE/Pong-v5", steps_per_s=1000)
+    frame = np.random.default_rng(0).integers(0, 256, (210, 160, 3), dtype=np.uint8)
+    window.show(frame)
+    drawn = window.pygame.surfarray.array3d(window.surface).swapaxes(0, 1)
+    assert drawn.shape == (630, 480, 3)
+    np.testing.assert_array_equal(drawn[::3, ::3], frame)
+    window.close()
+
+
 @pytest.mark.parametrize("use_lstm", [False, True])
 def test_the_cnn_net_takes_bytes_and_one_push_trains_trunk_and_both_heads(use_lstm):
     cfg = atari_config(workers=2, envs_per_worker=2, n_steps=3, shared_lr=1e-3, use_lstm=use_lstm,
@@ -241,7 +288,8 @@ def test_learning_rewards_are_clipped_and_logged_returns_are_raw():
     sess.close()
 
 
-def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records(tmp_path, capsys):
+def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records(tmp_path, capsys,
+                                                                                 monkeypatch):
     # games cut at 10 agent steps: 100 of them, and the trials of a best agent, within the budget
     cfg = atari_config(max_steps=1600, max_episode_steps=10, best_checkpoint_every_s=0.0)
     out = io.StringIO()
@@ -269,10 +317,18 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert "ALE/Pong-v5: deterministic policy of the best checkpoint" in printed
     from PIL import Image  # installed with matplotlib
     with Image.open(os.path.join(run_dir, "episode.gif")) as gif:
-        side = 3 * environments.frame_size(cfg)  # the agent's frames, enlarged 3x
-        low, high = gif.convert("L").getextrema()
-        assert gif.size == (side, side) and high - low > 50, "a game's frames, not a blank"
-    refused(["--eval", run_dir, "--render"], capsys, "cannot render in a window", "--record")
+        assert gif.size == (160, 210), "the console's screen, not the agent's 42x42 frames"
+        durations = []  # (a GIF counts in 10 ms and merges equal frames, adding their time)
+        for index in range(gif.n_frames):
+            gif.seek(index)
+            durations.append(gif.info["duration"])
+        assert 60 <= min(durations) <= 70, "a step is 4 of the console's 60 frames a second"
+        gif.seek(0)
+        colours = np.asarray(gif.convert("RGB"), np.int16)
+        assert np.abs(colours[..., 0] - colours[..., 2]).max() > 50, "in colour"
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    refused(["--eval", run_dir, "--render"], capsys, "--render needs a display", "--record")
 
     # bench/trunk_probe.py reads every checkpoint the run kept
     checkpoints = glob.glob(os.path.join(run_dir, "checkpoints", "model-*.index"))
