@@ -41,7 +41,7 @@ EVAL_EPISODES = 20
 TARGETS = {env_id: target for env_id, (target, _) in BENCH_TARGETS.items() if env_id in ZOO}
 
 
-def run(env_id: str, seed: int, budget_steps: int) -> dict:
+def run(env_id: str, seed: int, budget_steps: int, eval_episodes: int = EVAL_EPISODES) -> dict:
     from stable_baselines3 import A2C
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -53,9 +53,12 @@ def run(env_id: str, seed: int, budget_steps: int) -> dict:
         env = VecNormalize(env, gamma=zoo["kwargs"]["gamma"])
     lr = zoo["lr"]
     schedule = (lambda remaining: remaining * lr) if zoo["linear_lr"] else lr
-    model = A2C("MlpPolicy", env, learning_rate=schedule, seed=seed, verbose=0, **zoo["kwargs"])
+    model = A2C("MlpPolicy", env, learning_rate=schedule, seed=seed, verbose=0, device="cpu",
+                **zoo["kwargs"])
     target = TARGETS.get(env_id, float("inf"))
-    budget_steps = zoo["timesteps"] if env_id in MUJOCO else budget_steps
+    # classic control: rl-zoo's schedule over its timesteps, stopped at the target or the budget;
+    # MuJoCo: the budget (rl-zoo's 1M unless --steps) is the run
+    total_steps = (budget_steps or zoo["timesteps"]) if env_id in MUJOCO else zoo["timesteps"]
 
     class Watch(BaseCallback):
         def __init__(self):
@@ -75,21 +78,21 @@ def run(env_id: str, seed: int, budget_steps: int) -> dict:
                     if (self.reached is None and len(self.returns) == 100
                             and statistics.mean(self.returns) >= target):
                         self.reached = (self.episodes, self.num_timesteps, time.time() - self.start)
-            return self.reached is None and self.num_timesteps < budget_steps
+            return self.reached is None and self.num_timesteps < (budget_steps or total_steps)
 
     watch = Watch()
-    model.learn(total_timesteps=zoo["timesteps"], callback=watch)
+    model.learn(total_timesteps=total_steps, callback=watch)
     wall = time.time() - watch.start
     result = dict(env=env_id, seed=seed, reached=watch.reached, steps=model.num_timesteps,
                   wall=wall, steps_per_s=model.num_timesteps / wall,
                   last_100=statistics.mean(watch.returns) if watch.returns else float("nan"))
     if env_id in MUJOCO:
-        result["eval"] = deterministic_eval(model, env, env_id, seed)
+        result["eval"] = deterministic_eval(model, env, env_id, seed, eval_episodes)
     return result
 
 
-def deterministic_eval(model, train_env, env_id: str, seed: int) -> float:
-    """rl-zoo's protocol: the final model's deterministic policy over EVAL_EPISODES episodes,
+def deterministic_eval(model, train_env, env_id: str, seed: int, episodes: int) -> float:
+    """rl-zoo's protocol: the final model's deterministic policy over `episodes` episodes,
     through the training run's normaliser with its statistics frozen; the mean raw return."""
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
@@ -98,7 +101,7 @@ def deterministic_eval(model, train_env, env_id: str, seed: int) -> float:
                        norm_reward=False, gamma=train_env.gamma)
     env.obs_rms = train_env.obs_rms
     returns, obs = [], env.reset()
-    while len(returns) < EVAL_EPISODES:
+    while len(returns) < episodes:
         action, _ = model.predict(obs, deterministic=True)
         obs, _, dones, infos = env.step(action)
         if dones[0] and "episode" in infos[0]:
@@ -114,11 +117,25 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), "results"))
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--steps", type=int, default=0, help="--mujoco: env steps per run "
+                        "(default: rl-zoo's 1M)")
+    parser.add_argument("--eval-episodes", type=int, default=EVAL_EPISODES)
+    parser.add_argument("--jobs", type=int, default=1, help="--mujoco: runs at once, each in its "
+                        "own process pinned to its own core with one torch thread (SB3's A2C on "
+                        "one env uses one core); the table says how many ran at once")
     parser.add_argument("--mujoco", action="store_true", help="HalfCheetah, Hopper and Walker2d "
                         "(v5) at rl-zoo's settings, 1M steps each, scored by the final model's "
-                        "deterministic eval; writes results/sb3_a2c_mujoco.md and .json, which "
-                        "bench/learning.py --name mujoco puts beside its own runs")
+                        "deterministic eval; writes results/sb3_a2c_mujoco.md and .json (after "
+                        "each run), which bench/mujoco_vs_sb3.py puts beside our runs")
     args = parser.parse_args(argv)
+    args.command = " ".join(["python bench/sb3_a2c.py"] + (argv if argv is not None else sys.argv[1:]))
+    if not args.mujoco and (args.steps or args.jobs != 1 or args.eval_episodes != EVAL_EPISODES):
+        parser.error("--steps, --jobs and --eval-episodes are for --mujoco")
+    if args.eval_episodes < 1 or args.steps < 0:
+        parser.error("--eval-episodes must be >= 1 and --steps >= 0 (0: rl-zoo's 1M)")
+    if not 1 <= args.jobs <= len(os.sched_getaffinity(0)):
+        parser.error(f"--jobs must be from 1 to this machine's {len(os.sched_getaffinity(0))} "
+                     f"cores (each run gets a core of its own)")
     if args.mujoco and args.envs == list(ZOO):
         args.envs = list(MUJOCO)
     try:
@@ -151,29 +168,55 @@ def main(argv=None) -> int:
     return 0
 
 
+def _pin_to_own_core(next_core) -> None:
+    """Pool initialiser: this process gets the next core of the machine and one torch thread."""
+    import torch
+    with next_core.get_lock():
+        core = sorted(os.sched_getaffinity(0))[next_core.value % len(os.sched_getaffinity(0))]
+        next_core.value += 1
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+
+
+def _run_mujoco(job) -> dict:
+    env_id, seed, steps, eval_episodes = job
+    result = run(env_id, seed, steps, eval_episodes)
+    result.pop("reached")
+    return result
+
+
 def main_mujoco(args, sb3_version: str, torch) -> int:
-    lines = [f"| env | seed | eval of the final model ({EVAL_EPISODES} episodes, deterministic) | "
+    import multiprocessing
+    jobs = [(env_id, seed, args.steps, args.eval_episodes)
+            for env_id in args.envs for seed in args.seeds]
+    lines = [f"| env | seed | eval of the final model ({args.eval_episodes} episodes, deterministic) | "
              "mean of the last 100 training episodes | env steps | wall s | env steps/s |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     results = []
-    for env_id in args.envs:
-        for seed in args.seeds:
-            r = run(env_id, seed, 0)
-            r.pop("reached")
-            results.append(r)
-            lines.append(f"| {env_id} | {seed} | {r['eval']:,.0f} | {r['last_100']:,.0f} | "
-                         f"{r['steps']:,} | {r['wall']:.0f} | {r['steps_per_s']:,.0f} |")
-            print(lines[-1], flush=True)
-    text = (f"# Stable-Baselines3 A2C on MuJoCo, rl-zoo settings (normalize: true, one env)\n\n"
-            f"`python bench/sb3_a2c.py --mujoco` (stable-baselines3 {sb3_version}, torch "
-            f"{torch.__version__}, {torch.get_num_threads()} torch threads)\n\n"
-            + "\n".join(lines) + "\n")
+    if args.jobs > 1:
+        context = multiprocessing.get_context("spawn")
+        pool = context.Pool(args.jobs, _pin_to_own_core, (context.Value("i", 0),))
+        outcomes = pool.imap(_run_mujoco, jobs)
+        threads = f"{args.jobs} runs at once, each pinned to its own core with 1 torch thread"
+    else:
+        outcomes = map(_run_mujoco, jobs)
+        threads = f"one run at a time, {torch.get_num_threads()} torch threads"
+    for r in outcomes:  # the files are written after each run: a failure loses no finished one
+        results.append(r)
+        lines.append(f"| {r['env']} | {r['seed']} | {r['eval']:,.0f} | {r['last_100']:,.0f} | "
+                     f"{r['steps']:,} | {r['wall']:.0f} | {r['steps_per_s']:,.0f} |")
+        print(lines[-1], flush=True)
+        text = (f"# Stable-Baselines3 A2C on MuJoCo, rl-zoo settings (normalize: true, one env)"
+                f"\n\n`{args.command}` (stable-baselines3 {sb3_version}, torch "
+                f"{torch.__version__}, {threads})\n\n" + "\n".join(lines) + "\n")
+        if not args.no_save:
+            with open(os.path.join(args.out, "sb3_a2c_mujoco.md"), "w") as f:
+                f.write(text)
+            with open(os.path.join(args.out, "sb3_a2c_mujoco.json"), "w") as f:
+                json.dump(results, f, indent=1)
+    if args.jobs > 1:
+        pool.close()
     print(text)
-    if not args.no_save:
-        with open(os.path.join(args.out, "sb3_a2c_mujoco.md"), "w") as f:
-            f.write(text)
-        with open(os.path.join(args.out, "sb3_a2c_mujoco.json"), "w") as f:
-            json.dump(results, f, indent=1)
     return 0
 
 

@@ -105,6 +105,17 @@ def test_every_preset_names_real_fields_and_validates():
             config.config_for(env_id, sync).validate()
 
 
+def test_mujoco_presets_scale_the_rewards_of_the_walkers_only():
+    """The values behind results/mujoco.md: n_steps 20 for every MuJoCo env, reward_scale 0.1
+    for Hopper and Walker2d under -v4 and -v5 (it hurt HalfCheetah: docs/config.md)."""
+    for env_id in ("Hopper-v4", "Hopper-v5", "Walker2d-v4", "Walker2d-v5"):
+        cfg = config.config_for(env_id)
+        assert (cfg.n_steps, cfg.reward_scale, cfg.normalize_obs) == (20, 0.1, True), env_id
+    for env_id in ("HalfCheetah-v4", "HalfCheetah-v5", "Ant-v5"):
+        cfg = config.config_for(env_id)
+        assert (cfg.n_steps, cfg.reward_scale, cfg.normalize_obs) == (20, 1.0, True), env_id
+
+
 def test_the_lookup_hands_out_copies():
     gamma = config.PRESETS["Pendulum-v1"]["gamma"]
     config.preset_for("Pendulum-v1")["gamma"] = gamma / 2

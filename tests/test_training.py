@@ -292,6 +292,7 @@ def test_cli_refuses_unsupported_spaces_naming_env_and_space(env_id, words, caps
     (["--set", "hidden_activation=elu"], ["hidden_activation must be relu or tanh"]),
     (["--set", "final_sigma_scale=1.5"], ["final_sigma_scale must be in (0, 1]"]),
     (["--set", "lstm_units=0"], ["lstm_units must be >= 1"]),
+    (["--set", "lstm_input_hidden=64,0"], ["lstm_input_hidden needs layer sizes >= 1"]),
     (["--set", "best_trial_cpu_share=0"], ["best_trial_cpu_share must be in (0, 1]"]),
     (["--set", "log_every_s=inf"], ["log_every_s must be a finite number"]),
     (["--set", "checkpoint_every_s=inf"], ["checkpoint_every_s must be a finite number"]),

@@ -1,0 +1,247 @@
+"""Atari scoreboard: Pong on seeds 1-3, Breakout and SpaceInvaders at 40M frames, beside the
+published anchors at equal frames.
+
+    python bench/atari_scoreboard.py run --runs RUNS      # trains what is missing, one at a time
+    python bench/atari_scoreboard.py report --runs RUNS   # results/atari.md, curves and GIFs
+
+`run` trains each game and seed of SCOREBOARD with its preset (8 workers) under RUNS, one run at
+a time, each until its stop: Pong until the mean of the last 100 games reaches +18 or 2 hours of
+training, the others for the preset's 40M frames. A run stopped part-way (Ctrl-C, a session's
+end) is continued with `a3c.py --resume` the next time, so the scoreboard carries across
+sessions; a finished one is left alone. It stops a run the way Ctrl-C does (the checkpoint is
+saved first).
+
+`report` reads the run folders: frames, wall hours, frames/s, the mean-100 at 10M, 20M and 40M
+frames, the frames and hours at which the mean-100 first reached 0 and +18, and the deterministic
+eval of the best checkpoint over 10 games (what `a3c.py --eval RUN --episodes 10` plays), beside
+the anchors; one curve per game (mean-100 against frames and against wall hours) and a GIF of
+each game's best agent (its first seconds, the colour screen). Writes results/atari.md,
+results/atari_<game>.png and .gif unless --no-save.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+
+import runlog  # noqa: E402
+from checkpoints import file_name  # noqa: E402
+from environments import FRAME_SKIP  # noqa: E402
+
+PONG_GOAL, PONG_HOURS = 18.0, 2.0
+# (game, seed, stop): stop at this mean-100 or after these hours; None: the preset's budget
+SCOREBOARD = [("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS)) for seed in (1, 2, 3)] + [
+    ("ALE/Breakout-v5", 1, None), ("ALE/SpaceInvaders-v5", 1, None)]
+MILESTONES = (10e6, 20e6, 40e6)  # frames
+EVAL_GAMES = 10
+GIF_STEPS = 450  # 30 seconds of play at the console's pace
+# Published scores at 10M agent steps (40M frames), each with its protocol:
+# rl-baselines3-zoo's benchmark (mean return of the final model's evaluation episodes, its
+# Atari wrappers, sticky actions off) and CleanRL's PPO (mean return of its last training episodes).
+ANCHORS = {
+    "ALE/Pong-v5": {"rl-zoo A2C": 17.3, "rl-zoo PPO": 21.0, "CleanRL PPO": 20.4},
+    "ALE/Breakout-v5": {"rl-zoo A2C": 279.8, "rl-zoo PPO": 398.0, "CleanRL PPO": 414.7},
+    "ALE/SpaceInvaders-v5": {"rl-zoo A2C": 627.2, "rl-zoo PPO": 960.3},
+}
+
+
+def run_folder(runs: str, game: str, seed: int):
+    """The newest run folder of game and seed under runs, or None."""
+    found = sorted(glob.glob(os.path.join(runs, file_name(game), f"*-s{seed}")))
+    return found[-1] if found else None
+
+
+def progress(folder: str) -> dict:
+    path = os.path.join(folder, "episodes.csv")
+    rows = runlog.read_episodes(path) if os.path.exists(path) else None
+    if rows is None or not len(rows["episode"]):
+        return dict(rows=rows, frames=0, hours=0.0, mean_100=float("nan"))
+    full = len(rows["episode"]) >= runlog.RUNNING_WINDOW
+    return dict(rows=rows, frames=int(rows["env_steps"][-1]) * FRAME_SKIP,
+                hours=float(rows["wall_s"][-1]) / 3600,
+                mean_100=float(rows["running_return"][-1]) if full else float("nan"))
+
+
+def finished(folder: str, stop, budget_frames: float) -> bool:
+    done = progress(folder)
+    if stop is not None and (done["mean_100"] >= stop[0] or done["hours"] >= stop[1]):
+        return True
+    return done["frames"] >= budget_frames
+
+
+def train(runs: str, game: str, seed: int, stop) -> None:
+    """Start or continue one run, and stop it (as Ctrl-C does) once it reaches its stop."""
+    import config
+    budget_frames = config.config_for(game).max_steps * FRAME_SKIP
+    folder = run_folder(runs, game, seed)
+    if folder is not None and finished(folder, stop, budget_frames):
+        print(f"{game} seed {seed}: finished ({folder})", flush=True)
+        return
+    command = [sys.executable, os.path.join(ROOT, "a3c.py"), "--no-plot"] + (
+        ["--resume", folder] if folder is not None else
+        ["--env", game, "--seed", str(seed), "--results-dir", runs])
+    print(f"{game} seed {seed}: {' '.join(command[1:])}", flush=True)
+    child = subprocess.Popen(command)
+    try:
+        while child.poll() is None:
+            time.sleep(10)
+            folder = folder or run_folder(runs, game, seed)
+            if stop is not None and folder is not None and finished(folder, stop, budget_frames):
+                child.send_signal(signal.SIGINT)
+                child.wait()
+    except KeyboardInterrupt:  # the child got the Ctrl-C too: let it save and stop
+        child.wait()
+        raise
+    if child.returncode not in (0, 130):
+        raise SystemExit(f"{game} seed {seed}: a3c.py ended with status {child.returncode}")
+
+
+def first_reach(rows: dict, level: float):
+    """(frames, hours) when the mean-100 over a full window first reached level, or None."""
+    full = np.arange(len(rows["episode"])) >= runlog.RUNNING_WINDOW - 1
+    hits = np.nonzero(full & (rows["running_return"] >= level))[0]
+    if not len(hits):
+        return None
+    return int(rows["env_steps"][hits[0]]) * FRAME_SKIP, float(rows["wall_s"][hits[0]]) / 3600
+
+
+def mean_100_at(rows: dict, frames: float):
+    """The mean-100 of the last episode that ended by `frames`, if the run got that far."""
+    steps = rows["env_steps"] * FRAME_SKIP
+    if not len(steps) or steps[-1] < frames:
+        return None
+    return float(rows["running_return"][np.searchsorted(steps, frames, side="right") - 1])
+
+
+def evaluate_best(folder: str, gif_path) -> float:
+    import a3c
+    result = a3c.evaluate(folder, episodes=EVAL_GAMES, record=gif_path is not None,
+                          out=io.StringIO())
+    if gif_path is not None and "animation" in result:
+        from PIL import Image
+        with Image.open(result["animation"]) as gif:  # the first seconds are enough here
+            frames, durations = [], []
+            for index in range(gif.n_frames):
+                gif.seek(index)
+                frames.append(gif.convert("RGB"))
+                durations.append(gif.info["duration"])
+                if sum(durations) >= GIF_STEPS * 1000 / 15:
+                    break
+        frames[0].save(gif_path, save_all=True, append_images=frames[1:], duration=durations,
+                       loop=0)
+    return result["mean"]
+
+
+def cell(value, spec="{:,.1f}"):
+    return "—" if value is None else spec.format(value)
+
+
+def report(runs: str, out: str, save: bool) -> str:
+    lines = ["| game | seed | frames | wall h | frames/s | mean-100 at 10M | 20M | 40M | "
+             "final mean-100 | mean-100 0 reached at (frames, h) | +18 reached at | "
+             f"eval of the best ({EVAL_GAMES} games) | anchors at 40M frames |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    curves = {}
+    for game, seed, _ in SCOREBOARD:
+        folder = run_folder(runs, game, seed)
+        if folder is None:
+            lines.append(f"| {game} | {seed} | not run | | | | | | | | | | |")
+            continue
+        done = progress(folder)
+        rows = done["rows"]
+        if rows is None or not len(rows["episode"]):
+            lines.append(f"| {game} | {seed} | no game finished yet | | | | | | | | | | |")
+            continue
+        curves.setdefault(game, []).append((seed, rows))
+        gif = os.path.join(out, f"atari_{file_name(game)}.gif") if save else None
+        first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
+        score = evaluate_best(folder, gif if seed == first_seed else None)
+        reach = [first_reach(rows, level) for level in (0.0, PONG_GOAL)]
+        anchors = ", ".join(f"{name} {value:g}" for name, value in ANCHORS[game].items())
+        lines.append(
+            f"| {game} | {seed} | {done['frames'] / 1e6:.1f}M | {done['hours']:.2f} | "
+            f"{done['frames'] / max(done['hours'] * 3600, 1e-9):,.0f} | "
+            + " | ".join(cell(mean_100_at(rows, m)) for m in MILESTONES)
+            + f" | {cell(done['mean_100'])} | "
+            + " | ".join("never" if r is None else f"{r[0] / 1e6:.1f}M, {r[1]:.2f} h" for r in reach)
+            + f" | {score:,.1f} | {anchors} |")
+        print(lines[-1], flush=True)
+    text = "\n".join(lines)
+    if save:
+        for game, runs_of_game in curves.items():
+            plot(game, runs_of_game, os.path.join(out, f"atari_{file_name(game)}.png"))
+    return text
+
+
+def plot(game: str, runs_of_game: list, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (by_frames, by_hours) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for seed, rows in runs_of_game:
+        full = np.arange(len(rows["episode"])) >= runlog.RUNNING_WINDOW - 1
+        by_frames.plot(rows["env_steps"][full] * FRAME_SKIP / 1e6, rows["running_return"][full],
+                       label=f"seed {seed}")
+        by_hours.plot(rows["wall_s"][full] / 3600, rows["running_return"][full], label=f"seed {seed}")
+    for name, value in ANCHORS[game].items():
+        by_frames.axhline(value, linestyle="--", linewidth=0.8, color="grey")
+        by_frames.annotate(f"{name} at 40M", (0, value), fontsize=7, color="grey",
+                           textcoords="offset points", xytext=(2, 2))
+    by_frames.set_xlabel("frames (millions)")
+    by_hours.set_xlabel("wall hours on 2 cores")
+    by_frames.set_ylabel("mean of the last 100 games")
+    for ax in (by_frames, by_hours):
+        ax.grid(alpha=0.3)
+    by_hours.legend(loc="lower right")
+    fig.suptitle(f"A3C on {game}, the Atari preset, 8 workers", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("run", "report"))
+    parser.add_argument("--runs", required=True, help="where the run folders go (and are read)")
+    parser.add_argument("--games", nargs="+", help="only these games (default: all of SCOREBOARD)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "results"))
+    parser.add_argument("--no-save", action="store_true")
+    args = parser.parse_args(argv)
+    if args.games:
+        unknown = set(args.games) - {game for game, _, _ in SCOREBOARD}
+        if unknown:
+            parser.error(f"not on the scoreboard: {', '.join(sorted(unknown))}")
+        SCOREBOARD[:] = [entry for entry in SCOREBOARD if entry[0] in args.games]
+    if args.what == "run":
+        for game, seed, stop in SCOREBOARD:
+            train(args.runs, game, seed, stop)
+        return 0
+    table = report(args.runs, args.out, not args.no_save)
+    command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
+    text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "
+            f"ATARI: the small CNN on 42x42 frames, 8 workers x 8 games, no sticky actions), "
+            f"on 2 cores. Pong runs until its mean-100 reaches +{PONG_GOAL:g} or "
+            f"{PONG_HOURS:g} hours; the others for 40M frames. Our scores are the mean of the "
+            f"last 100 training games (mean-100) and the deterministic policy of the best "
+            f"checkpoint over {EVAL_GAMES} games; the anchors are rl-baselines3-zoo's "
+            f"benchmark (its final model's evaluation) and CleanRL's PPO (its last training "
+            f"games), both at 10M agent steps (40M frames).\n\n{table}\n")
+    print(text)
+    if not args.no_save:
+        with open(os.path.join(args.out, "atari.md"), "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
