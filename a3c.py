@@ -56,7 +56,7 @@ from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, che
                          latest_checkpoint, new_run_dir, part_seed, read_run, read_run_info,
                          restore_checkpoint, resume_history, resume_point, write_atomically)
 from best_agent import EVAL_SEED, BestCheckpoint, GreedyPlayer, TrialSchedule, pick_checkpoint, run_greedy_episodes
-from recording import Drawing, ScreenWindow, save_animation
+from recording import Drawing, save_animation
 from remote import ChiefLink, ClusterLog, RemoteGlobal, resume_hint, start_cluster_task
 
 
@@ -961,14 +961,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     if render_mode == "rgb_array":
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # frames only: no window, no display
     # Atari: the agent plays training's own envs, and a twin of them keeps the colour screen
-    window = (ScreenWindow(env_id, ATARI_STEPS_PER_S)
-              if render and is_atari(env_id) else None)
-    try:
-        env = make_envs(env_id, cfg, 1, greedy=True, screen=record, window=window)
-    except BaseException:  # the envs close the window once they have it
-        if window is not None:
-            window.close()
-        raise
+    env = make_envs(env_id, cfg, 1, greedy=True, screen=render_mode)
     spec = env_spec(env, env_id)
     drawing = None
     if render_mode is not None and not is_atari(env_id):

@@ -53,12 +53,11 @@ def is_mujoco(env_id: str) -> bool:
     return registered is not None and "mujoco" in str(registered.entry_point)
 
 
-def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False, screen: bool = False,
-              window=None):
+def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False, screen: str = None):
     """count environments of env_id as one batch (AtariEnvs for ALE ids, else GymEnvs);
-    greedy, screen and window: for a deterministic policy's play, Atari only (see AtariEnvs)."""
+    greedy and screen: for a deterministic policy's play, Atari only (see AtariEnvs)."""
     if is_atari(env_id):
-        return AtariEnvs(env_id, cfg, count, greedy, screen, window)
+        return AtariEnvs(env_id, cfg, count, greedy, screen)
     return GymEnvs(env_id, cfg, count)
 
 
@@ -200,15 +199,15 @@ class AtariEnvs:
     action on all 4 frames of the step, 0.4% of them at 0.25.) Training's sampled actions
     press FIRE by themselves.
 
-    screen (--eval --record): the same games are also played, in lockstep, by a twin vector
-    env that keeps each step's last frame in colour at the console's own size, which render()
-    gives. ALE's games follow from the seed and the actions alone (sticky actions and no-ops
-    included; tests/test_atari.py), so the twin's are the agent's games, and the agent's input
-    is training's own. window (--eval --render): an object whose show(frame) draws each of the
-    twin's frames (recording.ScreenWindow); close() closes it."""
+    screen "rgb_array" (--eval --record): the same games are also played, in lockstep, by a twin
+    vector env that keeps each step's last frame in colour at the console's own size, which
+    render() gives. ALE's games follow from the seed and the actions alone (sticky actions and
+    no-ops included; tests/test_atari.py), so the twin's are the agent's games, and the agent's
+    input is training's own. screen "human" (--eval --render): the twin's frames are also drawn
+    in a window (recording.ScreenWindow)."""
 
     def __init__(self, env_id: str, cfg: Config, count: int, greedy: bool = False,
-                 screen: bool = False, window=None):
+                 screen: str = None):
         game, _ = atari_game(env_id)
         self.game = game
         from ale_py.vector_env import AtariVectorEnv
@@ -221,12 +220,18 @@ class AtariEnvs:
                      autoreset_mode="SameStep")
         self.vector = AtariVectorEnv(game, count, maxpool=True, stack_num=4, img_height=side,
                                      img_width=side, grayscale=True, **rules)
-        self.screen = self.screen_frames = None
-        self.window = window
-        if screen or window is not None:
+        self.screen = self.screen_frames = self.window = None
+        if screen is not None:
             self.screen = AtariVectorEnv(game, count, maxpool=False, stack_num=1,
                                          img_height=SCREEN_HEIGHT, img_width=SCREEN_WIDTH,
                                          grayscale=False, **rules)
+        if screen == "human":
+            from recording import ScreenWindow
+            try:
+                self.window = ScreenWindow(env_id, ATARI_STEPS_PER_S)
+            except BaseException:
+                self.close()
+                raise
         self.observation_space = self.vector.single_observation_space
         self.action_space = self.vector.single_action_space
         self.count = count

@@ -46,7 +46,7 @@ def save_animation(frames: list, path: str, frame_ms: int = 33) -> str:
 
 
 class ScreenWindow:
-    """--eval --render of an Atari game: each frame AtariEnvs(window=...) shows, enlarged in a
+    """--eval --render of an Atari game: each frame AtariEnvs(screen="human") shows, enlarged in a
     pygame window, at the game's own pace (steps_per_s). UsageError where no window opens."""
 
     def __init__(self, title: str, steps_per_s: float, scale: int = 3):

@@ -106,13 +106,13 @@ def train(runs: str, game: str, seed: int, stop) -> None:
         raise SystemExit(f"{game} seed {seed}: a3c.py ended with status {child.returncode}")
 
 
-def first_reach(rows: dict, level: float):
+def reached(rows: dict, level: float):
     """(frames, hours) when the mean-100 over a full window first reached level, or None."""
-    full = np.arange(len(rows["episode"])) >= runlog.RUNNING_WINDOW - 1
-    hits = np.nonzero(full & (rows["running_return"] >= level))[0]
-    if not len(hits):
+    from learning import first_reach  # bench/ is on the path
+    hit = first_reach(rows, level)
+    if hit is None:
         return None
-    return int(rows["env_steps"][hits[0]]) * FRAME_SKIP, float(rows["wall_s"][hits[0]]) / 3600
+    return int(rows["env_steps"][hit]) * FRAME_SKIP, float(rows["wall_s"][hit]) / 3600
 
 
 def mean_100_at(rows: dict, frames: float):
@@ -166,7 +166,7 @@ def report(runs: str, out: str, save: bool) -> str:
         gif = os.path.join(out, f"atari_{file_name(game)}.gif") if save else None
         first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
         score = evaluate_best(folder, gif if seed == first_seed else None)
-        reach = [first_reach(rows, level) for level in (0.0, PONG_GOAL)]
+        reach = [reached(rows, level) for level in (0.0, PONG_GOAL)]
         anchors = ", ".join(f"{name} {value:g}" for name, value in ANCHORS[game].items())
         lines.append(
             f"| {game} | {seed} | {done['frames'] / 1e6:.1f}M | {done['hours']:.2f} | "

@@ -76,6 +76,14 @@ def play(run, checkpoint: str):
         return None
 
 
+CHECKPOINTS = ("best", "latest")
+
+
+def scores_of(run) -> dict:
+    """play() of a run's best and final checkpoints (None each for no run)."""
+    return {checkpoint: play(run, checkpoint) for checkpoint in CHECKPOINTS}
+
+
 def the_one(runs: list[dict], what: str):
     """The one run of a selection, None for none; several: refused, naming them."""
     if len(runs) > 1:
@@ -104,24 +112,19 @@ def compare(sb3: list[dict], runs: list[dict]) -> str:
         most = max((r["env_steps"] for r in fitting), default=None)
         equal_wall = the_one([r for r in fitting if r["env_steps"] == most],
                              f"{s['env']} seed {s['seed']} within {s['wall']:.0f} s")
-        scores = {(run_name, checkpoint): play(run, checkpoint)
-                  for run_name, run in (("steps", same_steps), ("wall", equal_wall))
-                  if run is not None and not (run_name == "wall" and run is same_steps)
-                  for checkpoint in ("best", "latest")}
-        if equal_wall is not None and equal_wall is same_steps:
-            scores.update({("wall", c): scores[("steps", c)] for c in ("best", "latest")})
-        wins = [None if scores.get(("wall", c)) is None else scores[("wall", c)] > s["eval"]
-                for c in ("best", "latest")]
+        at_steps = scores_of(same_steps)
+        at_wall = at_steps if equal_wall is same_steps else scores_of(equal_wall)
+        wins = [None if at_wall[c] is None else at_wall[c] > s["eval"] for c in CHECKPOINTS]
         higher.setdefault(s["env"], []).append(wins)
         lines.append(
             f"| {s['env']} | {s['seed']} | {s['steps']:,} | {s['wall']:,.0f} | {s['eval']:,.0f} | "
             f"{s['last_100']:,.0f} | "
-            f"{cell(same_steps and same_steps['wall_s'])} | {cell(scores.get(('steps', 'best')))} | "
-            f"{cell(scores.get(('steps', 'latest')))} | "
+            f"{cell(same_steps and same_steps['wall_s'])} | {cell(at_steps['best'])} | "
+            f"{cell(at_steps['latest'])} | "
             f"{cell(same_steps and same_steps['last_100'])} | "
             f"{cell(equal_wall and equal_wall['env_steps'])} | "
-            f"{cell(equal_wall and equal_wall['wall_s'])} | {cell(scores.get(('wall', 'best')))} | "
-            f"{cell(scores.get(('wall', 'latest')))} | "
+            f"{cell(equal_wall and equal_wall['wall_s'])} | {cell(at_wall['best'])} | "
+            f"{cell(at_wall['latest'])} | "
             + " / ".join("—" if w is None else "yes" if w else "no" for w in wins) + " |")
         print(lines[-1], flush=True)
     summary = "; ".join(

@@ -98,14 +98,14 @@ def test_same_seeds_give_the_same_games():
 
 
 def test_evals_screen_twin_gives_the_agent_trainings_observations_and_draws_its_games():
-    """--eval --record/--render play Breakout through AtariEnvs(screen=True): the agent's input
+    """--eval --record/--render play Breakout through AtariEnvs(screen=...): the agent's input
     must be training's own from the same seed, through lost lives (greedy FIRE), a game cut by
     the time limit and the next game, and the colour screen must be the games it plays."""
     from PIL import Image  # installed with matplotlib
     cfg = atari_config(max_episode_steps=400)
     side = environments.frame_size(cfg)
     game = "ALE/Breakout-v5"
-    watched = environments.make_envs(game, cfg, 1, greedy=True, screen=True)
+    watched = environments.make_envs(game, cfg, 1, greedy=True, screen="rgb_array")
     plain = environments.make_envs(game, cfg, 1, greedy=True)
     rng = np.random.default_rng(3)
     np.testing.assert_array_equal(watched.reset([21]), plain.reset([21]))
@@ -132,16 +132,19 @@ def test_evals_screen_twin_gives_the_agent_trainings_observations_and_draws_its_
 
 
 def test_the_atari_window_shows_the_screen_enlarged(monkeypatch):
-    """--eval --render's window (pygame's own, with SDL's dummy video driver: no display here)."""
-    import recording
+    """--eval --render's window (pygame's own, with SDL's dummy video driver: no display here)
+    draws each step's screen, enlarged 3x."""
     monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
-    window = recording.ScreenWindow("ALE/Pong-v5", steps_per_s=1000)
-    frame = np.random.default_rng(0).integers(0, 256, (210, 160, 3), dtype=np.uint8)
-    window.show(frame)
+    envs = environments.make_envs(PONG, atari_config(), 1, greedy=True, screen="human")
+    window = envs.window
+    window.steps_per_s = 1000  # the test need not wait for the game's pace
+    envs.reset([3])
+    for action in (2, 3, 2):
+        envs.step(np.array([action]))
     drawn = window.pygame.surfarray.array3d(window.surface).swapaxes(0, 1)
     assert drawn.shape == (630, 480, 3)
-    np.testing.assert_array_equal(drawn[::3, ::3], frame)
-    window.close()
+    np.testing.assert_array_equal(drawn[::3, ::3], envs.render())
+    envs.close()
 
 
 @pytest.mark.parametrize("use_lstm", [False, True])
