@@ -55,6 +55,11 @@ ANCHORS = {
 }
 
 
+def short_name(game: str) -> str:
+    """ALE/Pong-v5 -> Pong: the name of the game's files under results/."""
+    return game.split("/")[-1].rsplit("-v", 1)[0]
+
+
 def run_folder(runs: str, game: str, seed: int):
     """The newest run folder of game and seed under runs, or None."""
     found = sorted(glob.glob(os.path.join(runs, file_name(game), f"*-s{seed}")))
@@ -146,13 +151,13 @@ def cell(value, spec="{:,.1f}"):
     return "—" if value is None else spec.format(value)
 
 
-def report(runs: str, out: str, save: bool) -> str:
+def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
     lines = ["| game | seed | frames | wall h | frames/s | mean-100 at 10M | 20M | 40M | "
              "final mean-100 | mean-100 0 reached at (frames, h) | +18 reached at | "
              f"eval of the best ({EVAL_GAMES} games) | anchors at 40M frames |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     curves = {}
-    for game, seed, _ in SCOREBOARD:
+    for game, seed, _ in scoreboard:
         folder = run_folder(runs, game, seed)
         if folder is None:
             lines.append(f"| {game} | {seed} | not run | | | | | | | | | | |")
@@ -163,7 +168,7 @@ def report(runs: str, out: str, save: bool) -> str:
             lines.append(f"| {game} | {seed} | no game finished yet | | | | | | | | | | |")
             continue
         curves.setdefault(game, []).append((seed, rows))
-        gif = os.path.join(out, f"atari_{file_name(game)}.gif") if save else None
+        gif = os.path.join(out, f"atari_{short_name(game)}.gif") if save else None
         first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
         score = evaluate_best(folder, gif if seed == first_seed else None)
         reach = [reached(rows, level) for level in (0.0, PONG_GOAL)]
@@ -179,8 +184,11 @@ def report(runs: str, out: str, save: bool) -> str:
     text = "\n".join(lines)
     if save:
         for game, runs_of_game in curves.items():
-            plot(game, runs_of_game, os.path.join(out, f"atari_{file_name(game)}.png"))
-    return text
+            plot(game, runs_of_game, os.path.join(out, f"atari_{short_name(game)}.png"))
+    pictures = [f"![{game}: mean-100 against frames and hours](atari_{short_name(game)}.png)"
+                f" ![{game}: the best agent's first seconds](atari_{short_name(game)}.gif)"
+                for game in curves]
+    return text + "\n\n" + "\n\n".join(pictures) if pictures else text
 
 
 def plot(game: str, runs_of_game: list, path: str) -> None:
@@ -217,16 +225,18 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(ROOT, "results"))
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args(argv)
+    if args.what == "report" and not args.no_save and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out} is not a folder: make it, or give --no-save")
     if args.games:
         unknown = set(args.games) - {game for game, _, _ in SCOREBOARD}
         if unknown:
             parser.error(f"not on the scoreboard: {', '.join(sorted(unknown))}")
-        SCOREBOARD[:] = [entry for entry in SCOREBOARD if entry[0] in args.games]
+    scoreboard = [entry for entry in SCOREBOARD if not args.games or entry[0] in args.games]
     if args.what == "run":
-        for game, seed, stop in SCOREBOARD:
+        for game, seed, stop in scoreboard:
             train(args.runs, game, seed, stop)
         return 0
-    table = report(args.runs, args.out, not args.no_save)
+    table = report(args.runs, args.out, not args.no_save, scoreboard)
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "
             f"ATARI: the small CNN on 42x42 frames, 8 workers x 8 games, no sticky actions), "

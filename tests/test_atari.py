@@ -19,6 +19,7 @@ from graphs import build_session, checkpoints_and_best
 from test_training import read_rows, refused
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+import atari_scoreboard  # noqa: E402
 import trunk_probe  # noqa: E402
 
 PONG = "ALE/Pong-v5"
@@ -342,6 +343,23 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     for line in table:
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         assert 0 <= int(cells[1].rstrip("%")) <= 100 and float(cells[4]) >= 0
+
+    # bench/atari_scoreboard.py reports the run (seed 1, as the scoreboard's first Pong seed)
+    with pytest.raises(SystemExit) as refusal:
+        atari_scoreboard.main(["report", "--runs", str(tmp_path), "--out", str(tmp_path / "no")])
+    assert refusal.value.code == 2 and not (tmp_path / "no").exists()
+    results = tmp_path / "results"
+    results.mkdir()
+    assert atari_scoreboard.main(["report", "--runs", str(tmp_path), "--games", PONG,
+                                  "--out", str(results)]) == 0
+    table = (results / "atari.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ALE/Pong-v5 |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["1", "2", "3"]
+    assert "not run" not in rows[0] and "not run" in rows[1] and "not run" in rows[2]
+    assert "ALE/Breakout-v5" not in table and "](atari_Pong.gif)" in table
+    with Image.open(results / "atari_Pong.gif") as gif:
+        assert gif.size == (160, 210)
+    assert (results / "atari_Pong.png").stat().st_size > 0
 
 
 def write_run_folder(folder, env_id, **fields):
