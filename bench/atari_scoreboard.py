@@ -5,11 +5,11 @@ published anchors at equal frames.
     python bench/atari_scoreboard.py report --runs RUNS   # results/atari.md, curves and GIFs
 
 `run` trains each game and seed of SCOREBOARD with its preset (8 workers) under RUNS, one run at
-a time, each until its stop: Pong until the mean of the last 100 games reaches +18 or 2 hours of
-training, the others for the preset's 40M frames. A run stopped part-way (Ctrl-C, a session's
-end) is continued with `a3c.py --resume` the next time, so the scoreboard carries across
-sessions; a finished one is left alone. It stops a run the way Ctrl-C does (the checkpoint is
-saved first).
+a time: each for the preset's 40M frames, Pong until the mean of the last 100 games reaches +18
+or 2 hours of training if either comes first (it stops such a run as Ctrl-C does: the checkpoint
+is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a session's end) is continued with
+`a3c.py --resume` the next time, so the scoreboard carries across sessions; a finished one is
+left alone.
 
 `report` reads the run folders: frames, wall hours, frames/s, the mean-100 at 10M, 20M and 40M
 frames, the frames and hours at which the mean-100 first reached 0 and +18, and the deterministic
@@ -35,7 +35,8 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 import runlog  # noqa: E402
-from checkpoints import file_name  # noqa: E402
+from checkpoints import file_name, latest_checkpoint, read_run  # noqa: E402
+from console import UsageError  # noqa: E402
 from environments import FRAME_SKIP  # noqa: E402
 
 PONG_GOAL, PONG_HOURS = 18.0, 2.0
@@ -66,30 +67,54 @@ def run_folder(runs: str, game: str, seed: int):
     return found[-1] if found else None
 
 
+def steps_done(folder: str, rows) -> int:
+    """The env steps a run has trained: its newest checkpoint's (they name it) or its last
+    game's, whichever is later (no game may end in a run's last rollouts)."""
+    last_game = int(rows["env_steps"][-1]) if rows is not None and len(rows["episode"]) else 0
+    try:
+        checkpoint = latest_checkpoint(os.path.join(folder, "checkpoints"))
+    except UsageError:
+        return last_game
+    return max(last_game, int(checkpoint.rsplit("-", 1)[1]))
+
+
 def progress(folder: str) -> dict:
     path = os.path.join(folder, "episodes.csv")
     rows = runlog.read_episodes(path) if os.path.exists(path) else None
+    frames = steps_done(folder, rows) * FRAME_SKIP
     if rows is None or not len(rows["episode"]):
-        return dict(rows=rows, frames=0, hours=0.0, mean_100=float("nan"))
+        return dict(rows=rows, frames=frames, hours=0.0, mean_100=float("nan"))
     full = len(rows["episode"]) >= runlog.RUNNING_WINDOW
-    return dict(rows=rows, frames=int(rows["env_steps"][-1]) * FRAME_SKIP,
-                hours=float(rows["wall_s"][-1]) / 3600,
+    return dict(rows=rows, frames=frames, hours=float(rows["wall_s"][-1]) / 3600,
                 mean_100=float(rows["running_return"][-1]) if full else float("nan"))
 
 
-def finished(folder: str, stop, budget_frames: float) -> bool:
+def stop_reached(folder: str, stop) -> bool:
+    """Whether a run reached its stop (mean-100, hours) before its budget."""
     done = progress(folder)
-    if stop is not None and (done["mean_100"] >= stop[0] or done["hours"] >= stop[1]):
-        return True
-    return done["frames"] >= budget_frames
+    return stop is not None and (done["mean_100"] >= stop[0] or done["hours"] >= stop[1])
+
+
+def finished(folder: str, stop) -> bool:
+    _, cfg = read_run(folder)
+    return stop_reached(folder, stop) or progress(folder)["frames"] >= cfg.max_steps * FRAME_SKIP
+
+
+class Terminated(Exception):
+    """SIGTERM reached the scoreboard (a session's end, a kill): its run is stopped as by Ctrl-C."""
+
+
+def on_sigterm(signum, frame):
+    raise Terminated
 
 
 def train(runs: str, game: str, seed: int, stop) -> None:
-    """Start or continue one run, and stop it (as Ctrl-C does) once it reaches its stop."""
-    import config
-    budget_frames = config.config_for(game).max_steps * FRAME_SKIP
+    """Start or continue one run, and stop it (as Ctrl-C does) once it reaches its stop; a run
+    that ends on its budget ends by itself (its final checkpoint and trials are not cut)."""
     folder = run_folder(runs, game, seed)
-    if folder is not None and finished(folder, stop, budget_frames):
+    if folder is not None and not os.path.exists(os.path.join(folder, "checkpoints", "checkpoint")):
+        folder = None  # stopped before its first checkpoint: nothing to resume, start afresh
+    if folder is not None and finished(folder, stop):
         print(f"{game} seed {seed}: finished ({folder})", flush=True)
         return
     command = [sys.executable, os.path.join(ROOT, "a3c.py"), "--no-plot"] + (
@@ -100,13 +125,17 @@ def train(runs: str, game: str, seed: int, stop) -> None:
     try:
         while child.poll() is None:
             time.sleep(10)
-            folder = folder or run_folder(runs, game, seed)
-            if stop is not None and folder is not None and finished(folder, stop, budget_frames):
+            current = run_folder(runs, game, seed)
+            if current is not None and stop_reached(current, stop):
                 child.send_signal(signal.SIGINT)
                 child.wait()
     except KeyboardInterrupt:  # the child got the Ctrl-C too: let it save and stop
         child.wait()
         raise
+    except Terminated:  # the child did not: pass it on as the Ctrl-C that makes it save
+        child.send_signal(signal.SIGINT)
+        child.wait()
+        raise SystemExit(f"{game} seed {seed}: terminated; `run` again continues it")
     if child.returncode not in (0, 130):
         raise SystemExit(f"{game} seed {seed}: a3c.py ended with status {child.returncode}")
 
@@ -120,10 +149,10 @@ def reached(rows: dict, level: float):
     return int(rows["env_steps"][hit]) * FRAME_SKIP, float(rows["wall_s"][hit]) / 3600
 
 
-def mean_100_at(rows: dict, frames: float):
+def mean_100_at(rows: dict, frames: float, frames_done: int):
     """The mean-100 of the last episode that ended by `frames`, if the run got that far."""
     steps = rows["env_steps"] * FRAME_SKIP
-    if not len(steps) or steps[-1] < frames:
+    if not len(steps) or frames_done < frames:
         return None
     return float(rows["running_return"][np.searchsorted(steps, frames, side="right") - 1])
 
@@ -153,10 +182,10 @@ def cell(value, spec="{:,.1f}"):
 
 def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
     lines = ["| game | seed | frames | wall h | frames/s | mean-100 at 10M | 20M | 40M | "
-             "final mean-100 | mean-100 0 reached at (frames, h) | +18 reached at | "
+             "final mean-100 | Pong: mean-100 0 reached at (frames, h) | +18 reached at | "
              f"eval of the best ({EVAL_GAMES} games) | anchors at 40M frames |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    curves = {}
+    curves, gifs = {}, set()
     for game, seed, _ in scoreboard:
         folder = run_folder(runs, game, seed)
         if folder is None:
@@ -170,24 +199,29 @@ def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
         curves.setdefault(game, []).append((seed, rows))
         gif = os.path.join(out, f"atari_{short_name(game)}.gif") if save else None
         first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
-        score = evaluate_best(folder, gif if seed == first_seed else None)
-        reach = [reached(rows, level) for level in (0.0, PONG_GOAL)]
+        try:
+            score = cell(evaluate_best(folder, gif if seed == first_seed else None))
+            if gif is not None and seed == first_seed:
+                gifs.add(game)
+        except UsageError as exc:
+            score = f"none: {exc}"
+        reach = ["—" if game != "ALE/Pong-v5" else "never" if hit is None else
+                 f"{hit[0] / 1e6:.1f}M, {hit[1]:.2f} h"
+                 for hit in (reached(rows, level) for level in (0.0, PONG_GOAL))]
         anchors = ", ".join(f"{name} {value:g}" for name, value in ANCHORS[game].items())
         lines.append(
             f"| {game} | {seed} | {done['frames'] / 1e6:.1f}M | {done['hours']:.2f} | "
-            f"{done['frames'] / max(done['hours'] * 3600, 1e-9):,.0f} | "
-            + " | ".join(cell(mean_100_at(rows, m)) for m in MILESTONES)
-            + f" | {cell(done['mean_100'])} | "
-            + " | ".join("never" if r is None else f"{r[0] / 1e6:.1f}M, {r[1]:.2f} h" for r in reach)
-            + f" | {score:,.1f} | {anchors} |")
+            f"{rows['env_steps'][-1] * FRAME_SKIP / max(rows['wall_s'][-1], 1e-9):,.0f} | "
+            + " | ".join(cell(mean_100_at(rows, m, done["frames"])) for m in MILESTONES)
+            + f" | {cell(done['mean_100'])} | " + " | ".join(reach) + f" | {score} | {anchors} |")
         print(lines[-1], flush=True)
     text = "\n".join(lines)
     if save:
         for game, runs_of_game in curves.items():
             plot(game, runs_of_game, os.path.join(out, f"atari_{short_name(game)}.png"))
     pictures = [f"![{game}: mean-100 against frames and hours](atari_{short_name(game)}.png)"
-                f" ![{game}: the best agent's first seconds](atari_{short_name(game)}.gif)"
-                for game in curves]
+                + (f" ![{game}: the best agent's first seconds](atari_{short_name(game)}.gif)"
+                   if game in gifs else "") for game in curves]
     return text + "\n\n" + "\n\n".join(pictures) if pictures else text
 
 
@@ -233,6 +267,7 @@ def main(argv=None) -> int:
             parser.error(f"not on the scoreboard: {', '.join(sorted(unknown))}")
     scoreboard = [entry for entry in SCOREBOARD if not args.games or entry[0] in args.games]
     if args.what == "run":
+        signal.signal(signal.SIGTERM, on_sigterm)
         for game, seed, stop in scoreboard:
             train(args.runs, game, seed, stop)
         return 0
@@ -240,8 +275,8 @@ def main(argv=None) -> int:
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "
             f"ATARI: the small CNN on 42x42 frames, 8 workers x 8 games, no sticky actions), "
-            f"on 2 cores. Pong runs until its mean-100 reaches +{PONG_GOAL:g} or "
-            f"{PONG_HOURS:g} hours; the others for 40M frames. Our scores are the mean of the "
+            f"on 2 cores, for 40M frames; Pong until its mean-100 reaches +{PONG_GOAL:g} "
+            f"or {PONG_HOURS:g} hours if either comes first. Our scores are the mean of the "
             f"last 100 training games (mean-100) and the deterministic policy of the best "
             f"checkpoint over {EVAL_GAMES} games; the anchors are rl-baselines3-zoo's "
             f"benchmark (its final model's evaluation) and CleanRL's PPO (its last training "

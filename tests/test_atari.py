@@ -344,7 +344,17 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         assert 0 <= int(cells[1].rstrip("%")) <= 100 and float(cells[4]) >= 0
 
-    # bench/atari_scoreboard.py reports the run (seed 1, as the scoreboard's first Pong seed)
+    # bench/atari_scoreboard.py: a run that used its budget is finished, though no game ended in
+    # its last rollouts (its checkpoint counts), so `run` goes on to the next game
+    rows = atari_scoreboard.progress(run_dir)["rows"]
+    assert atari_scoreboard.progress(run_dir)["frames"] >= 2000 * environments.FRAME_SKIP
+    if rows["env_steps"][-1] < 2000:  # (else the check below is the row's, made the same way)
+        assert atari_scoreboard.finished(run_dir, None)
+    capsys.readouterr()
+    atari_scoreboard.train(str(tmp_path), PONG, 1, (18.0, 2.0))
+    assert "finished" in capsys.readouterr().out
+
+    # it reports the run (seed 1, as the scoreboard's first Pong seed)
     with pytest.raises(SystemExit) as refusal:
         atari_scoreboard.main(["report", "--runs", str(tmp_path), "--out", str(tmp_path / "no")])
     assert refusal.value.code == 2 and not (tmp_path / "no").exists()
