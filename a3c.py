@@ -997,7 +997,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         result.update(drawing.draw_played(EVAL_SEED, returns, actions, gif if record else None, out))
     elif record and frames:
         result["animation"] = save_animation(
-            frames, gif, round(1000 / ATARI_STEPS_PER_S) if is_atari(env_id) else 33)
+            frames, gif, ATARI_STEPS_PER_S if is_atari(env_id) else 30)
     print(f"{env_id}: deterministic policy of {played}, {checkpoint}: return "
           f"{result['mean']:.1f} ± {result['std']:.1f} over {episodes} episodes"
           + (f"; animation in {result['animation']}" if "animation" in result else ""),

@@ -24,8 +24,9 @@ RECORD_FRAME_LIMIT = 5_000  # --record keeps an episode's first frames only (an 
                            # last 27,000 steps)
 
 
-def save_animation(frames: list, path: str, frame_ms: int = 33) -> str:
-    """frames as a looping GIF at path, frame_ms milliseconds each."""
+def save_animation(frames: list, path: str, frames_per_s: float = 30) -> str:
+    """frames as a looping GIF at path, played at frames_per_s. A GIF times its frames in whole
+    hundredths of a second: they alternate (15 a second: 70, 60, 70 ms...) to keep the pace."""
     from PIL import Image  # installed with matplotlib
 
     def image(frame):
@@ -38,8 +39,10 @@ def save_animation(frames: list, path: str, frame_ms: int = 33) -> str:
         return Image.fromarray(frame).quantize(method=Image.Quantize.FASTOCTREE)
 
     images = [image(frame) for frame in frames]
+    ends = np.round(np.arange(len(images) + 1) * 100 / frames_per_s)  # in hundredths of a second
+    durations = [int(10 * duration) for duration in np.diff(ends)]
     partial = path + ".partial"  # an interrupted save never leaves half a GIF under the name
-    images[0].save(partial, format="GIF", save_all=True, append_images=images[1:], duration=frame_ms,
+    images[0].save(partial, format="GIF", save_all=True, append_images=images[1:], duration=durations,
                    loop=0)
     os.replace(partial, path)
     return path
@@ -194,7 +197,7 @@ def replay(request: dict) -> None:
                     frames.append(frame)
                 returns[-1] += float(env.step(action)[1])
         if request["gif"]:
-            save_animation(frames, request["gif"])
+            save_animation(frames, request["gif"], env.metadata.get("render_fps", 30))
     finally:
         env.close()
     print(json.dumps({"returns": returns}), flush=True)
