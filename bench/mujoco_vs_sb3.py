@@ -52,10 +52,14 @@ def our_runs(roots: list[str]) -> list[dict]:
         for folder, _, files in os.walk(root):
             if "config.json" not in files or "episodes.csv" not in files:
                 continue
-            with open(os.path.join(folder, "config.json")) as f:
-                saved = json.load(f)
-            rows = runlog.read_episodes(os.path.join(folder, "episodes.csv"))
-            if not len(rows["episode"]) or not with_the_preset(saved["env"], saved["config"]):
+            try:
+                with open(os.path.join(folder, "config.json")) as f:
+                    saved = json.load(f)
+                rows = runlog.read_episodes(os.path.join(folder, "episodes.csv"))
+                if not len(rows["episode"]) or not with_the_preset(saved["env"], saved["config"]):
+                    continue
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                print(f"mujoco_vs_sb3.py: left out {folder}: {exc!r}", file=sys.stderr)
                 continue
             runs.append(dict(dir=folder, env=saved["env"], seed=saved["config"]["seed"],
                              env_steps=int(rows["env_steps"][-1]), wall_s=float(rows["wall_s"][-1]),
@@ -144,14 +148,17 @@ def main(argv=None) -> int:
     try:
         with open(args.sb3) as f:
             sb3 = json.load(f)
+        for entry in sb3:
+            [entry[key] for key in ("env", "seed", "steps", "wall", "eval", "last_100")]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"mujoco_vs_sb3.py: error: cannot read {args.sb3}: {exc!r} (bench/sb3_a2c.py "
+              f"--mujoco writes it)", file=sys.stderr)
+        return 2
+    try:
         missing = [root for root in args.runs if not os.path.isdir(root)]
         if missing:
             raise UsageError(f"no such folder: {', '.join(missing)}")
         table = compare(sb3, our_runs(args.runs))
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"mujoco_vs_sb3.py: error: cannot read {args.sb3}: {exc} (bench/sb3_a2c.py "
-              f"--mujoco writes it)", file=sys.stderr)
-        return 2
     except UsageError as exc:
         print(f"mujoco_vs_sb3.py: error: {exc}", file=sys.stderr)
         return 2

@@ -138,6 +138,8 @@ def main(argv=None) -> int:
                      f"cores (each run gets a core of its own)")
     if args.mujoco and args.envs == list(ZOO):
         args.envs = list(MUJOCO)
+    elif args.mujoco and set(args.envs) - set(MUJOCO):
+        parser.error(f"--mujoco runs {', '.join(MUJOCO)}; not {', '.join(set(args.envs) - set(MUJOCO))}")
     try:
         import stable_baselines3
         import torch
