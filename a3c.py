@@ -1178,13 +1178,27 @@ def refuse_flags_of_the_other_mode(args) -> None:
                          f"RUN_DIR, which plays a trained agent")
 
 
+SAME_STOP_S = 0.25
+last_stop = [-SAME_STOP_S]  # when the latest stop signal came (time.monotonic())
+
+
 def stop_like_ctrl_c(signum, frame):
+    """Ctrl-C, kill and a closed terminal stop the run as Ctrl-C does. A second signal within
+    SAME_STOP_S is the same stop delivered twice (GNU timeout signals the process, then its
+    group), not the second Ctrl-C that stops at once, unsaved."""
+    now = time.monotonic()
+    if now - last_stop[0] < SAME_STOP_S:
+        return
+    last_stop[0] = now
     raise KeyboardInterrupt
 
 
 def stop_like_ctrl_c_or_exit(signum, frame):
     """A cluster process: a stop as Ctrl-C, and an exit all the same if that stop has not
     ended the process within cluster.STOP_GRACE_S (a call to a vanished ps can wait forever)."""
+    if time.monotonic() - last_stop[0] < SAME_STOP_S:
+        return
+    last_stop[0] = time.monotonic()
     timer = threading.Timer(cluster_module.STOP_GRACE_S, os._exit, (130,))
     timer.daemon = True
     timer.start()
@@ -1196,12 +1210,12 @@ def main(argv=None, command_line: bool = False) -> int:
     the launcher)."""
     args = parse_args(argv)
     if threading.current_thread() is threading.main_thread():
-        # `kill`, and a closed terminal or dropped ssh session, stop as cleanly as Ctrl-C; a
+        # Ctrl-C, `kill`, and a closed terminal or dropped ssh session stop the run cleanly; a
         # signal the caller ignores (`nohup` ignores SIGHUP) stays ignored
-        for name in ("SIGTERM", "SIGHUP"):
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
             number = getattr(signal, name, None)
             if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
-                signal.signal(number, stop_like_ctrl_c if args.cluster is None
+                signal.signal(number, stop_like_ctrl_c if args.cluster is None or name == "SIGINT"
                               else stop_like_ctrl_c_or_exit)
     try:
         refuse_flags_of_the_other_mode(args)
