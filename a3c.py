@@ -993,14 +993,18 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     result = dict(env=env_id, checkpoint=checkpoint, returns=returns,
                   mean=float(np.mean(returns)), std=float(np.std(returns)))
     gif = os.path.join(run_dir, "episode.gif")
-    if replays:  # MuJoCo: drawn in a process without TensorFlow (recording.py)
+    score = (f"{env_id}: deterministic policy of {played}, {checkpoint}: return "
+             f"{result['mean']:.1f} ± {result['std']:.1f} over {episodes} episodes")
+    if replays:  # MuJoCo: drawn in a process without TensorFlow (recording.py), which takes a
+        print(score, file=out, flush=True)  # while: the score first
         result.update(drawing.draw_played(EVAL_SEED, returns, actions, gif if record else None, out))
-    elif record and frames:
+        if "animation" in result:
+            print(f"{env_id}: animation in {result['animation']}", file=out, flush=True)
+        return result
+    if record and frames:
         result["animation"] = save_animation(
             frames, gif, ATARI_STEPS_PER_S if is_atari(env_id) else 30)
-    print(f"{env_id}: deterministic policy of {played}, {checkpoint}: return "
-          f"{result['mean']:.1f} ± {result['std']:.1f} over {episodes} episodes"
-          + (f"; animation in {result['animation']}" if "animation" in result else ""),
+    print(score + (f"; animation in {result['animation']}" if "animation" in result else ""),
           file=out, flush=True)
     return result
 

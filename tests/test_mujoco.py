@@ -1,6 +1,7 @@
 """MuJoCo locomotion (gymnasium[mujoco]): normalize_obs's statistics, shared by the workers,
 saved, restored and frozen; a short real HalfCheetah run end to end."""
 import dataclasses
+import io
 import json
 import os
 
@@ -195,8 +196,12 @@ def test_eval_records_a_gif_of_a_mujoco_agent_on_a_machine_without_a_display(che
     for name in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL"):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)  # (set first, so that the test's end restores what was there)
-    result = a3c.evaluate(cheetah_run, episodes=1, record=True, checkpoint="latest")
+    out = io.StringIO()
+    result = a3c.evaluate(cheetah_run, episodes=1, record=True, checkpoint="latest", out=out)
     assert result["replayed_returns"] == result["returns"], "the GIF shows the episode played"
+    said = out.getvalue().splitlines()  # the score before the drawing, which takes a while
+    assert "return" in said[0] and "drawing the first episode" in said[1]
+    assert said[-1].endswith(f"animation in {result['animation']}")
     with Image.open(result["animation"]) as gif:
         assert gif.size == (480, 480)
         assert np.asarray(gif.convert("RGB")).std() > 10, "a picture, not a blank frame"
