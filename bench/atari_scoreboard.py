@@ -157,7 +157,9 @@ def mean_100_at(rows: dict, frames: float, frames_done: int):
     return float(rows["running_return"][np.searchsorted(steps, frames, side="right") - 1])
 
 
-def evaluate_best(folder: str, gif_path) -> float:
+def evaluate_best(folder: str, gif_path) -> str:
+    """The eval of a run's best checkpoint (or of its latest, where it has none: said so), and
+    the first seconds of its first game as a GIF at gif_path."""
     import a3c
     result = a3c.evaluate(folder, episodes=EVAL_GAMES, record=gif_path is not None,
                           out=io.StringIO())
@@ -173,7 +175,8 @@ def evaluate_best(folder: str, gif_path) -> float:
                     break
         frames[0].save(gif_path, save_all=True, append_images=frames[1:], duration=durations,
                        loop=0)
-    return result["mean"]
+    best = os.path.basename(os.path.dirname(result["checkpoint"])) == "best"
+    return cell(result["mean"]) + ("" if best else " (latest checkpoint: no best yet)")
 
 
 def cell(value, spec="{:,.1f}"):
@@ -200,7 +203,7 @@ def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
         gif = os.path.join(out, f"atari_{short_name(game)}.gif") if save else None
         first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
         try:
-            score = cell(evaluate_best(folder, gif if seed == first_seed else None))
+            score = evaluate_best(folder, gif if seed == first_seed else None)
             if gif is not None and seed == first_seed:
                 gifs.add(game)
         except UsageError as exc:
@@ -213,15 +216,16 @@ def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
             f"| {game} | {seed} | {done['frames'] / 1e6:.1f}M | {done['hours']:.2f} | "
             f"{rows['env_steps'][-1] * FRAME_SKIP / max(rows['wall_s'][-1], 1e-9):,.0f} | "
             + " | ".join(cell(mean_100_at(rows, m, done["frames"])) for m in MILESTONES)
-            + f" | {cell(done['mean_100'])} | " + " | ".join(reach) + f" | {score} | {anchors} |")
-        print(lines[-1], flush=True)
+            + f" | {cell(None if np.isnan(done['mean_100']) else done['mean_100'])} | "
+            + " | ".join(reach) + f" | {score} | {anchors} |")
+        print(lines[-1], file=sys.stderr, flush=True)  # progress: the document goes to stdout
     text = "\n".join(lines)
     if save:
         for game, runs_of_game in curves.items():
             plot(game, runs_of_game, os.path.join(out, f"atari_{short_name(game)}.png"))
     pictures = [f"![{game}: mean-100 against frames and hours](atari_{short_name(game)}.png)"
                 + (f" ![{game}: the best agent's first seconds](atari_{short_name(game)}.gif)"
-                   if game in gifs else "") for game in curves]
+                   if game in gifs else "") for game in curves if save]
     return text + "\n\n" + "\n\n".join(pictures) if pictures else text
 
 
@@ -252,13 +256,25 @@ def plot(game: str, runs_of_game: list, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()),
+                                     epilog="run: trains what is missing, one run at a time, "
+                                     "resuming runs stopped part-way; report: writes the table, "
+                                     "curves and GIFs")
     parser.add_argument("what", choices=("run", "report"))
-    parser.add_argument("--runs", required=True, help="where the run folders go (and are read)")
-    parser.add_argument("--games", nargs="+", help="only these games (default: all of SCOREBOARD)")
-    parser.add_argument("--out", default=os.path.join(ROOT, "results"))
-    parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--runs", required=True, help="the folder that holds (or will hold) "
+                        "the run folders, as ALE_<Game>-v5/<run>/")
+    parser.add_argument("--games", nargs="+", help="only these games (default: every game of "
+                        "the scoreboard)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "results"),
+                        help="report: where atari.md and its pictures go (default: results/)")
+    parser.add_argument("--no-save", action="store_true", help="report: print, write nothing")
     args = parser.parse_args(argv)
+    if args.what == "report" and not os.path.isdir(args.runs):
+        parser.error(f"--runs {args.runs} is not a folder: give the one `run` trained into")
+    if os.path.exists(os.path.join(args.runs, "config.json")) or glob.glob(
+            os.path.join(args.runs, "*", "config.json")):
+        parser.error(f"--runs {args.runs} holds run folders itself: give the folder above its "
+                     f"ALE_<Game>-v5/ folders")
     if args.what == "report" and not args.no_save and not os.path.isdir(args.out):
         parser.error(f"--out {args.out} is not a folder: make it, or give --no-save")
     if args.games:

@@ -329,7 +329,8 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
         for index in range(gif.n_frames):
             gif.seek(index)
             durations.append(gif.info["duration"])
-        assert 60 <= min(durations) <= 70, "a step is 4 of the console's 60 frames a second"
+        # the game's 10 steps, each 4 of the console's 60 frames a second: 10 x 66.7 ms
+        assert sum(durations) == 670
         gif.seek(0)
         colours = np.asarray(gif.convert("RGB"), np.int16)
         assert np.abs(colours[..., 0] - colours[..., 2]).max() > 50, "in colour"
@@ -361,6 +362,11 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     with pytest.raises(SystemExit) as refusal:
         atari_scoreboard.main(["report", "--runs", str(tmp_path), "--out", str(tmp_path / "no")])
     assert refusal.value.code == 2 and not (tmp_path / "no").exists()
+    for wrong in (tmp_path / "ALE_Pong-v5", tmp_path / "nothing-here"):  # a level too deep; none
+        with pytest.raises(SystemExit) as refusal:
+            atari_scoreboard.main(["report", "--runs", str(wrong), "--no-save"])
+        assert refusal.value.code == 2
+    capsys.readouterr()
     results = tmp_path / "results"
     results.mkdir()
     assert atari_scoreboard.main(["report", "--runs", str(tmp_path), "--games", PONG,
@@ -370,6 +376,7 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert [row.split("|")[2].strip() for row in rows] == ["1", "2", "3"]
     assert "not run" not in rows[0] and "not run" in rows[1] and "not run" in rows[2]
     assert "ALE/Breakout-v5" not in table and "](atari_Pong.gif)" in table
+    assert capsys.readouterr().out.startswith("# Atari scoreboard"), "the rows' progress: stderr"
     with Image.open(results / "atari_Pong.gif") as gif:
         assert gif.size == (160, 210)
     assert (results / "atari_Pong.png").stat().st_size > 0
