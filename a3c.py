@@ -52,9 +52,10 @@ from networks import (build_actor, build_critic, head_sizes, learning_rates, lst
                       observation_statistics_update, optimizer_groups, scaled_observations,
                       shared_trunk)
 from runlog import AnnealStart, EpisodeLog, RunHistory, display_available, plot_rewards
-from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, checkpoint_note,
-                         latest_checkpoint, new_run_dir, part_seed, read_run, read_run_info,
-                         restore_checkpoint, resume_history, resume_point, write_atomically)
+from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, check_results_dir,
+                         checkpoint_note, latest_checkpoint, new_run_dir, part_seed, read_run,
+                         read_run_info, restore_checkpoint, resume_history, resume_point,
+                         write_atomically)
 from best_agent import EVAL_SEED, BestCheckpoint, GreedyPlayer, TrialSchedule, pick_checkpoint, run_greedy_episodes
 from recording import Drawing, save_animation
 from remote import ChiefLink, ClusterLog, RemoteGlobal, resume_hint, start_cluster_task
@@ -652,6 +653,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     earlier = read_run_info(resume_dir) if resume_dir is not None else None
     part = len(earlier.get("resumed", [])) + 1 if earlier is not None else 0
     seed = part_seed(cfg.seed, part)
+    if resume_dir is None:
+        check_results_dir(results_dir)
     if cluster is not None:  # before anything is written: a port in use, no ps
         server = start_cluster_task(cluster)
     if preamble is not None:

@@ -125,6 +125,18 @@ def file_name(env_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)
 
 
+def check_results_dir(results_dir: str) -> None:
+    """UsageError, before a run starts, where no run folder could be made under results_dir:
+    a file on its path, or a folder on it that cannot be written (new_run_dir says the rest)."""
+    existing = os.path.abspath(results_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not a folder" if not os.path.isdir(existing) else "cannot be written"
+        raise UsageError(f"--results-dir {results_dir}: {existing} {what}; give a folder you "
+                         f"can write")
+
+
 def new_run_dir(results_dir: str, env_id: str, seed: int) -> str:
     """results/<env>/<UTC timestamp>-s<seed>/, created fresh: an earlier run is never touched."""
     env_folder = file_name(env_id)
@@ -138,6 +150,9 @@ def new_run_dir(results_dir: str, env_id: str, seed: int) -> str:
         except FileExistsError:
             suffix += 1
             path = f"{base}-{suffix}"
+        except OSError as exc:  # a file on the way, no permission, a read-only disk
+            raise UsageError(f"cannot make a run folder under {results_dir} ({exc.strerror}: "
+                             f"{exc.filename}); give --results-dir a folder you can write") from None
 
 
 def write_atomically(path: str, text: str) -> None:

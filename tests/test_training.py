@@ -261,6 +261,13 @@ def assert_refused(argv, capsys, tmp_path, *words):
     assert not (tmp_path / "out").exists(), "nothing written"
 
 
+def test_cli_refuses_a_results_dir_it_cannot_write_before_it_starts(capsys, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    refused(["--env", "CartPole-v1", "--results-dir", str(tmp_path / "a-file" / "runs")], capsys,
+            "a-file is not a folder", "--results-dir")
+    assert (tmp_path / "a-file").read_text() == ""
+
+
 def test_cli_refuses_an_unknown_environment(capsys, tmp_path):
     assert_refused(["--env", "NoSuchEnv-v9"], capsys, tmp_path, "NoSuchEnv-v9", "pprint_registry")
 
