@@ -45,7 +45,8 @@ import config as config_module
 from config import Config
 from cpus import cpu_layout
 from sessions import close_remote_session, open_session, session_callable, tf, v1, versions
-from console import Console, Interrupted, UsageError, WorkerError, attempt, first_line, progress_line, tell, warn
+from console import (Console, Interrupted, UsageError, WorkerError, attempt, counted, first_line,
+                     progress_line, tell, warn)
 from environments import ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
@@ -56,7 +57,8 @@ from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, che
                          checkpoint_note, latest_checkpoint, new_run_dir, part_seed, read_run,
                          read_run_info, restore_checkpoint, resume_history, resume_point,
                          write_atomically)
-from best_agent import EVAL_SEED, BestCheckpoint, GreedyPlayer, TrialSchedule, pick_checkpoint, run_greedy_episodes
+from best_agent import (EVAL_SEED, BestCheckpoint, GreedyPlayer, TrialSchedule, best_kept,
+                        pick_checkpoint, run_greedy_episodes)
 from recording import Drawing, save_animation
 from remote import ChiefLink, ClusterLog, RemoteGlobal, resume_hint, start_cluster_task
 
@@ -726,7 +728,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
             where += f", learning rates at {history.anneal_start.lr_fraction:.0%} of their base"
             if history.reached is not None:  # a jump up, which can undo what was learned
                 where += (f" (a longer schedule's, up from the {history.reached:.0%} it had "
-                          f"reached; its best agent stays in checkpoints/best/ unless beaten)")
+                          f"reached" + ("; its best agent stays in checkpoints/best/ unless "
+                                        "beaten)" if best_kept(run_dir) else ")"))
     if cluster is not None:
         where += (f"; the chief of a cluster of {len(cluster.spec['ps'])} ps and "
                   f"{len(cluster.spec['worker'])} worker processes")
@@ -734,7 +737,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     interrupted = False
     try:
         mode = ", synchronous updates (A2C)" if cfg.sync_updates else ""
-        console.say(f"training {env_id} with {cfg.workers} workers x {cfg.envs_per_worker} envs"
+        console.say(f"training {env_id} with {counted(cfg.workers, 'worker')} x "
+                    f"{counted(cfg.envs_per_worker, 'env')}"
                     f"{mode}{where}; results in {run_dir}")
         if chief is not None:
             chief.open()
@@ -903,7 +907,8 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
         raise
     team.start(remote.log)
     console.say(f"worker process {cluster.task} joined the run of {run['env']} at "
-                f"{int(totals[0]):,} env steps with {cfg.workers} workers x {cfg.envs_per_worker} envs"
+                f"{int(totals[0]):,} env steps with {counted(cfg.workers, 'worker')} x "
+                f"{counted(cfg.envs_per_worker, 'env')}"
                 f"{', synchronous updates (A2C)' if cfg.sync_updates else ''}")
     outcome = "done"
     try:
@@ -997,7 +1002,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
                   mean=float(np.mean(returns)), std=float(np.std(returns)))
     gif = os.path.join(run_dir, "episode.gif")
     score = (f"{env_id}: deterministic policy of {played}, {checkpoint}: return "
-             f"{result['mean']:.1f} ± {result['std']:.1f} over {episodes} episodes")
+             f"{result['mean']:.1f} ± {result['std']:.1f} over {counted(episodes, 'episode')}")
     if replays:  # MuJoCo: drawn in a process without TensorFlow (recording.py), which takes a
         print(score, file=out, flush=True)  # while: the score first
         result.update(drawing.draw_played(EVAL_SEED, returns, actions, gif if record else None, out))

@@ -7,6 +7,7 @@ import glob
 import json
 import math
 import os
+import re
 import threading
 import time
 import typing
@@ -343,6 +344,11 @@ def read_best_info(best_folder: str) -> typing.Optional[dict]:
     return info if os.path.exists(checkpoint + ".index") else None
 
 
+def best_kept(run_dir: str) -> bool:
+    """Whether the run has a best agent on disk (checkpoints/best/ with its best.json)."""
+    return read_best_info(os.path.join(run_dir, CHECKPOINT_FOLDER, BEST_FOLDER)) is not None
+
+
 def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
     """(checkpoint path, what it is in words) for --checkpoint best, latest or a path."""
     folder = os.path.join(run_dir, CHECKPOINT_FOLDER)
@@ -362,10 +368,15 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
     if os.path.isdir(which):  # a checkpoint folder, such as the summary's best/: what its
         info = read_best_info(which)  # best.json names, where it has one
         return (os.path.join(which, info["checkpoint"]) if info else latest_checkpoint(which)), which
-    if not os.path.exists(which + ".index"):
+    path = re.sub(r"\.(index|meta|data-\d+-of-\d+)$", "", which)  # a file of it names it too
+    if not os.path.exists(path + ".index"):
+        try:
+            example = latest_checkpoint(folder)
+        except UsageError:
+            example = os.path.join(folder, "model-<env steps>")
         raise UsageError(f"--checkpoint {which}: no such checkpoint; give best, latest or a "
-                         f"checkpoint's path without its suffix, e.g. {folder}/model-12000")
-    return which, which
+                         f"checkpoint's path without its suffix, e.g. {example}")
+    return path, path
 
 
 def run_greedy_episodes(env, greedy, episodes: int, record: bool,

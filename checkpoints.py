@@ -223,8 +223,11 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
     env_steps = int(max([checkpoint_steps, *rows["env_steps"].astype(int)]))
     episodes, finished_steps = len(rows["episode"]), int(rows["length"].sum())
     if budget_used(cfg, episodes, env_steps) >= 1:
-        raise UsageError(f"{run_dir} already used its budget (max_episodes={cfg.max_episodes}, "
-                         f"max_steps={cfg.max_steps}); raise --max-episodes or --max-steps")
+        spent = [(flag, f"{limit:,} {what}, {done:,} done") for flag, limit, what, done in (
+            ("--max-episodes", cfg.max_episodes, "episodes", episodes),
+            ("--max-steps", cfg.max_steps, "env steps", env_steps)) if limit and done >= limit]
+        raise UsageError(f"{run_dir} already used its budget ({'; '.join(s for _, s in spent)}); "
+                         f"raise {' and '.join(flag for flag, _ in spent)}")
     before = config_module.from_dict(earlier["config"])  # the budget of the part that ran last
     used_before = anneal_used(before, episodes, finished_steps, env_steps)
     used = anneal_used(cfg, episodes, finished_steps, env_steps)

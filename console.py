@@ -30,6 +30,11 @@ def first_line(exc: Exception) -> str:
     return line if len(line) <= 300 else line[:300] + " ..."  # (a request's dump of tensors)
 
 
+def counted(number: int, noun: str) -> str:
+    """"1 env", "8 envs", "1,000 episodes"."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def tell(stream, text: str) -> bool:
     """Print text to stream; False, and the stream silenced for good, if it is gone (a broken
     pipe, a closed terminal): a message must never be what stops a run or its cleanup."""

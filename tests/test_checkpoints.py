@@ -338,7 +338,8 @@ def test_resume_continues_the_counters_the_csv_and_the_plot(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, words", [
-    ([], ["already used its budget"]),
+    ([], ["already used its budget (12,000 env steps", "done); raise --max-steps"]),
+    (["--max-episodes", "100000"], ["12,000 env steps", "raise --max-steps"]),  # not the raised one
     (["--max-episodes", "99", "--set", "gamma=0.5"], ["cannot change gamma"]),
     (["--max-episodes", "99", "--set", "hidden_activation=relu"], ["cannot change hidden_activation"]),
     (["--max-episodes", "99", "--workers", "3"], ["its own --env, --workers and --seed"]),
@@ -453,9 +454,11 @@ def test_resume_continues_the_anneal_on_the_schedule_of_its_budget(tmp_path, cap
 
     used = used_of(80, run_dir)
     assert 0.5 <= used < 0.6
+    had_best = best_agent.best_kept(run_dir)
     out, start = resumed_at(run_dir, 80)  # finished at rate 0; twice the budget
     assert f"learning rates at {1 - used:.0%} of their base" in out
     assert "up from the 0% it had reached" in out, "the jump is said"
+    assert ("its best agent stays in checkpoints/best/" in out) == had_best, "only where it has one"
     assert start == pytest.approx({"lr_fraction": 1 - used, "budget_used": used})
 
     # as if the run had been stopped half-way through a budget of 80 episodes: resumed with
@@ -1092,14 +1095,18 @@ def test_eval_plays_the_best_checkpoint_unless_told_otherwise(trained_run, capsy
     assert "the latest checkpoint" in out and latest in out
     assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", latest]) == 0
     assert latest in capsys.readouterr().out
+    assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", latest + ".index"]) == 0
+    assert latest in capsys.readouterr().out, "a file of the checkpoint names it too"
     assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", best_folder]) == 0
     assert checkpoints.latest_checkpoint(best_folder) in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--eval", "{run}", "--checkpoint", "{run}/nothing-here"], ["no such checkpoint"]),
+    (["--eval", "{run}", "--checkpoint", "{run}/nothing-here"],
+     ["no such checkpoint", "e.g. {run}/checkpoints/model-"]),  # one of the run's own
     (["--resume", "{run}", "--checkpoint", "latest", "--max-steps", "99999999"],
      ["--checkpoint picks what --eval plays"]),
 ])
 def test_checkpoint_choices_that_do_not_fit_are_refused(argv, words, trained_run, capsys):
-    refused([arg.format(run=trained_run) for arg in argv] + ["--no-plot"], capsys, *words)
+    refused([arg.format(run=trained_run) for arg in argv] + ["--no-plot"], capsys,
+            *[word.format(run=trained_run) for word in words])

@@ -462,3 +462,9 @@ def test_budget_used_follows_whichever_limit_is_nearer(tmp_path):
     log.close()
     writer.close()
     assert len(read_rows(str(tmp_path))) == 11
+
+
+def test_counts_read_as_english():
+    from console import counted
+    assert [counted(1, "episode"), counted(8, "env"), counted(1000, "episode")] == [
+        "1 episode", "8 envs", "1,000 episodes"]
