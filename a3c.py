@@ -45,8 +45,8 @@ import config as config_module
 from config import Config
 from cpus import cpu_layout
 from sessions import close_remote_session, open_session, session_callable, tf, v1, versions
-from console import (Console, Interrupted, UsageError, WorkerError, attempt, counted, first_line,
-                     progress_line, tell, warn)
+from console import (SAME_STOP_S, Console, Interrupted, UsageError, WorkerError, attempt, counted,
+                     first_line, progress_line, repeated_stop, stop_like_ctrl_c, tell, warn)
 from environments import ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
@@ -1190,27 +1190,11 @@ def refuse_flags_of_the_other_mode(args) -> None:
                          f"RUN_DIR, which plays a trained agent")
 
 
-SAME_STOP_S = 0.25
-last_stop = [-SAME_STOP_S]  # when the latest stop signal came (time.monotonic())
-
-
-def stop_like_ctrl_c(signum, frame):
-    """Ctrl-C, kill and a closed terminal stop the run as Ctrl-C does. A second signal within
-    SAME_STOP_S is the same stop delivered twice (GNU timeout signals the process, then its
-    group), not the second Ctrl-C that stops at once, unsaved."""
-    now = time.monotonic()
-    if now - last_stop[0] < SAME_STOP_S:
-        return
-    last_stop[0] = now
-    raise KeyboardInterrupt
-
-
 def stop_like_ctrl_c_or_exit(signum, frame):
     """A cluster process: a stop as Ctrl-C, and an exit all the same if that stop has not
     ended the process within cluster.STOP_GRACE_S (a call to a vanished ps can wait forever)."""
-    if time.monotonic() - last_stop[0] < SAME_STOP_S:
+    if repeated_stop():
         return
-    last_stop[0] = time.monotonic()
     timer = threading.Timer(cluster_module.STOP_GRACE_S, os._exit, (130,))
     timer.daemon = True
     timer.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 
 
 class UsageError(Exception):
@@ -84,3 +85,21 @@ def progress_line(p: dict) -> str:
     return (f"episodes {p['episodes']:>6} | env steps {p['env_steps']:>10,} | "
             f"{p['steps_per_s']:>7,.0f} steps/s | mean-100 return {p['running']:8.1f} | "
             f"best mean-100 {best} | {p['wall_s']:.0f} s")
+
+
+SAME_STOP_S = 0.25
+last_stop = [-SAME_STOP_S]  # when the latest stop signal came (time.monotonic())
+
+
+def repeated_stop() -> bool:
+    """Whether a stop signal is the one before it delivered again: within SAME_STOP_S (GNU
+    timeout signals the process, then its group), not the second Ctrl-C that stops at once."""
+    now, before = time.monotonic(), last_stop[0]
+    last_stop[0] = now if now - before >= SAME_STOP_S else before
+    return now - before < SAME_STOP_S
+
+
+def stop_like_ctrl_c(signum, frame):
+    """Ctrl-C, kill and a closed terminal stop a run as Ctrl-C does (once: repeated_stop)."""
+    if not repeated_stop():
+        raise KeyboardInterrupt
