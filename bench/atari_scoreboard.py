@@ -122,20 +122,29 @@ def train(runs: str, game: str, seed: int, stop) -> None:
         ["--env", game, "--seed", str(seed), "--results-dir", runs])
     print(f"{game} seed {seed}: {' '.join(command[1:])}", flush=True)
     child = subprocess.Popen(command)
+    stopped = False
+
+    def stop_child():  # SIGTERM, which a3c.py takes as Ctrl-C: a background start ignores SIGINT
+        nonlocal stopped
+        if not stopped and child.poll() is None:
+            stopped = True
+            child.send_signal(signal.SIGTERM)
+
     try:
-        while child.poll() is None:
-            time.sleep(10)
-            current = run_folder(runs, game, seed)
-            if current is not None and stop_reached(current, stop):
-                child.send_signal(signal.SIGINT)
-                child.wait()
+        try:
+            while child.poll() is None:
+                time.sleep(10)
+                current = run_folder(runs, game, seed)
+                if current is not None and stop_reached(current, stop):
+                    stop_child()
+                    child.wait()
+        except Terminated:  # pass it on, once, and let the run save
+            stop_child()
+            child.wait()
+            raise SystemExit(f"{game} seed {seed}: terminated; `run` again continues it")
     except KeyboardInterrupt:  # the child got the Ctrl-C too: let it save and stop
         child.wait()
         raise
-    except Terminated:  # the child did not: pass it on as the Ctrl-C that makes it save
-        child.send_signal(signal.SIGINT)
-        child.wait()
-        raise SystemExit(f"{game} seed {seed}: terminated; `run` again continues it")
     if child.returncode not in (0, 130):
         raise SystemExit(f"{game} seed {seed}: a3c.py ended with status {child.returncode}")
 

@@ -615,3 +615,26 @@ def test_the_best_agent_trials_play_breakout_with_fire_after_a_lost_life(tmp_pat
         assert not training.fire_after_life_loss
     finally:
         training.close()
+
+
+def test_the_scoreboard_stops_a_run_started_in_the_background_at_its_stop(tmp_path, capsys):
+    """A shell's `cmd &` starts it with SIGINT ignored, and its runs inherit that: the
+    scoreboard's stop (here 10 s of training) must still end the run, saved and resumable."""
+    import signal
+    import threading
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    done = threading.Event()
+    try:
+        worker = threading.Thread(target=lambda: (atari_scoreboard.train(
+            str(tmp_path), PONG, 1, (18.0, 10 / 3600)), done.set()), daemon=True)
+        worker.start()
+        worker.join(timeout=150)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if not done.is_set():  # (the run ignored its stop: end it, and fail)
+        os.system(f"pkill -TERM -f 'results-dir {tmp_path}'")
+        worker.join(timeout=60)
+        pytest.fail("the run went on past its stop")
+    run_dir = atari_scoreboard.run_folder(str(tmp_path), PONG, 1)
+    assert glob.glob(os.path.join(run_dir, "checkpoints", "model-*.index")), "saved at the stop"
+    assert atari_scoreboard.progress(run_dir)["hours"] >= 10 / 3600

@@ -220,3 +220,18 @@ def test_eval_that_cannot_draw_mujoco_frames_says_so_in_one_line(cheetah_run, mo
     refused(["--eval", cheetah_run, "--record"], capsys, "HalfCheetah-v5 cannot draw its frames",
             "MUJOCO_GL", "EGL")
     assert not os.path.exists(os.path.join(cheetah_run, "episode.gif"))
+
+
+@pytest.mark.parametrize("frames_per_s, shown", [(125, {20, 30}), (20, {50}), (15, {60, 70})])
+def test_a_gif_keeps_its_envs_pace_in_frame_times_a_browser_shows(frames_per_s, shown, tmp_path):
+    """Hopper and Walker2d run 125 steps a second: a GIF frame under 20 ms is shown for 100, so
+    every third is kept; 2 s of play stays 2 s."""
+    from recording import save_animation
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (8, 8, 3), dtype=np.uint8) for _ in range(frames_per_s * 2)]
+    with Image.open(save_animation(frames, str(tmp_path / "a.gif"), frames_per_s)) as gif:
+        durations = []
+        for index in range(gif.n_frames):
+            gif.seek(index)
+            durations.append(gif.info["duration"])
+    assert set(durations) == shown and abs(sum(durations) - 2000) <= 20
