@@ -243,7 +243,7 @@ def test_resume_refuses_a_checkpoint_of_another_env(trained_run, tmp_path, capsy
 
 
 @pytest.mark.parametrize("stop_signals, gap_s, mode", [
-    (["SIGINT"], 0, []), (["SIGTERM"], 0, []), (["SIGINT", "SIGINT"], 1.0, []),
+    (["SIGINT"], 0, []), (["SIGTERM"], 0, []), (["SIGINT", "SIGINT"], 0.5, []),
     (["SIGINT", "SIGINT"], 0.0, []),  # GNU timeout -s INT: the process, then its group
     (["SIGTERM"], 0, ["--sync"])],  # no worker is left at the barrier
     ids=["ctrl-c", "sigterm", "ctrl-c-twice", "one-stop-delivered-twice", "sigterm-sync"])
@@ -272,9 +272,12 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, g
         time.sleep(gap_s)
     out, err = process.communicate(timeout=60)
     assert time.time() - started < 20  # (with the other pytest process on the same cores)
-    assert process.returncode == 130, err
     assert "Traceback" not in err
     assert out.startswith("interrupted:") or "interrupted twice" in err
+    # (a second Ctrl-C that comes once the clean stop has ended, as Python shuts down, ends the
+    # process by the signal itself: all was saved by then)
+    assert process.returncode == 130 or (process.returncode == -signal.SIGINT and len(
+        stop_signals) == 2 and out.startswith("interrupted:")), (process.returncode, err)
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
     assert len(read_rows(run_dir)) > 1  # the header and at least one episode
     if gap_s < a3c.SAME_STOP_S:  # a second Ctrl-C skips the plot; the CSV is there either way
