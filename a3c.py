@@ -45,8 +45,8 @@ import config as config_module
 from config import Config
 from cpus import cpu_layout
 from sessions import close_remote_session, open_session, session_callable, tf, v1, versions
-from console import (SAME_STOP_S, Console, Interrupted, UsageError, WorkerError, attempt, counted,
-                     first_line, progress_line, repeated_stop, stop_like_ctrl_c, tell, warn)
+from console import (Console, Interrupted, UsageError, WorkerError, attempt, counted, first_line,
+                     progress_line, repeated_stop, stop_like_ctrl_c, tell, warn)
 from environments import ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,

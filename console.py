@@ -94,9 +94,11 @@ last_stop = [-SAME_STOP_S]  # when the latest stop signal came (time.monotonic()
 def repeated_stop() -> bool:
     """Whether a stop signal is the one before it delivered again: within SAME_STOP_S (GNU
     timeout signals the process, then its group), not the second Ctrl-C that stops at once."""
-    now, before = time.monotonic(), last_stop[0]
-    last_stop[0] = now if now - before >= SAME_STOP_S else before
-    return now - before < SAME_STOP_S
+    now = time.monotonic()
+    if now - last_stop[0] < SAME_STOP_S:
+        return True
+    last_stop[0] = now
+    return False
 
 
 def stop_like_ctrl_c(signum, frame):

@@ -251,7 +251,7 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, g
                                                                   tmp_path):
     """Past its handler, SIGTERM is a Ctrl-C (KeyboardInterrupt in the main thread), and so is
     SIGHUP: see test_a_hangup_is_handled_as_sigterm_is. A second Ctrl-C stops at once, unless
-    it comes with the first (a3c.SAME_STOP_S): then it is the same stop."""
+    it comes with the first (console.SAME_STOP_S): then it is the same stop."""
     import signal
     import subprocess
     import sys
@@ -280,7 +280,7 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, g
         stop_signals) == 2 and out.startswith("interrupted:")), (process.returncode, err)
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*"))
     assert len(read_rows(run_dir)) > 1  # the header and at least one episode
-    if gap_s < a3c.SAME_STOP_S:  # a second Ctrl-C skips the plot; the CSV is there either way
+    if gap_s < console.SAME_STOP_S:  # a second Ctrl-C skips the plot; the CSV is there either way
         assert "interrupted twice" not in err
         assert os.path.exists(os.path.join(run_dir, "rewards.png"))
         assert sessions.v1.train.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
