@@ -250,7 +250,7 @@ ATARI = dict(
     repeat_action_probability=0.0,  # no sticky actions, like the ids the A3C figures come from
 )
 
-# --- MuJoCo locomotion (gymnasium's MuJoCo envs, any version): tuned on seed 11 (HalfCheetah 11-15)
+# --- MuJoCo locomotion (gymnasium's MuJoCo envs, any version): tuned on seed 11 (HalfCheetah 11-17)
 MUJOCO = dict(
     normalize_obs=True,     # unbounded observations: HalfCheetah's eval 2,481 -> (with the anneal) 4,002
     anneal_lr=True,         # tuned with it: HalfCheetah's final mean-100 1,677 -> 3,242 (docs/config.md)
