@@ -273,7 +273,7 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", required=True, help="the folder that holds (or will hold) "
                         "the run folders, as ALE_<Game>-v5/<run>/")
     parser.add_argument("--games", nargs="+", help="only these games (default: every game of "
-                        "the scoreboard)")
+                        "the scoreboard); report: with --no-save only")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"),
                         help="report: where atari.md and its pictures go (default: results/)")
     parser.add_argument("--no-save", action="store_true", help="report: print, write nothing")
@@ -284,6 +284,9 @@ def main(argv=None) -> int:
             os.path.join(args.runs, "*", "config.json")):
         parser.error(f"--runs {args.runs} holds run folders itself: give the folder above its "
                      f"ALE_<Game>-v5/ folders")
+    if args.what == "report" and args.games and not args.no_save:
+        parser.error("report --games would rewrite atari.md with only those games' rows: "
+                     "report every game (drop --games), or add --no-save")
     if args.what == "report" and not args.no_save and not os.path.isdir(args.out):
         parser.error(f"--out {args.out} is not a folder: make it, or give --no-save")
     if args.games:

@@ -4,7 +4,7 @@ env and seed, at equal env steps (1M) and at equal wall time.
     python bench/sb3_a2c.py --mujoco --jobs 2          # in the SB3 environment: its json
     python bench/learning.py --envs HalfCheetah-v5 Hopper-v5 Walker2d-v5 --seeds 1 2 3 \\
         --name mujoco --keep-runs RUNS                  # our 1M-step runs, kept
-    python a3c.py --env HalfCheetah-v5 --seed 2 --max-steps 10000000 --results-dir LONGER
+    python a3c.py --env HalfCheetah-v5 --seed 3 --max-steps 6000000 --results-dir LONGER
     python bench/mujoco_vs_sb3.py --runs RUNS LONGER
 
 Reads the run folders under --runs (any depth; only runs with the env's preset, whatever their
@@ -56,7 +56,11 @@ def our_runs(roots: list[str]) -> list[dict]:
                 with open(os.path.join(folder, "config.json")) as f:
                     saved = json.load(f)
                 rows = runlog.read_episodes(os.path.join(folder, "episodes.csv"))
-                if not len(rows["episode"]) or not with_the_preset(saved["env"], saved["config"]):
+                if not len(rows["episode"]):
+                    continue
+                if not with_the_preset(saved["env"], saved["config"]):
+                    print(f"mujoco_vs_sb3.py: left out {folder}: not run with {saved['env']}'s "
+                          f"preset as config.py has it now", file=sys.stderr)
                     continue
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 print(f"mujoco_vs_sb3.py: left out {folder}: {exc!r}", file=sys.stderr)

@@ -369,13 +369,17 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     capsys.readouterr()
     results = tmp_path / "results"
     results.mkdir()
-    assert atari_scoreboard.main(["report", "--runs", str(tmp_path), "--games", PONG,
-                                  "--out", str(results)]) == 0
+    with pytest.raises(SystemExit) as refusal:  # a table of one game would replace the whole one
+        atari_scoreboard.main(["report", "--runs", str(tmp_path), "--games", PONG,
+                               "--out", str(results)])
+    assert refusal.value.code == 2 and not list(results.iterdir())
+    capsys.readouterr()
+    assert atari_scoreboard.main(["report", "--runs", str(tmp_path), "--out", str(results)]) == 0
     table = (results / "atari.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ALE/Pong-v5 |")]
     assert [row.split("|")[2].strip() for row in rows] == ["1", "2", "3"]
     assert "not run" not in rows[0] and "not run" in rows[1] and "not run" in rows[2]
-    assert "ALE/Breakout-v5" not in table and "](atari_Pong.gif)" in table
+    assert "| ALE/Breakout-v5 | 1 | not run |" in table and "](atari_Pong.gif)" in table
     assert capsys.readouterr().out.startswith("# Atari scoreboard"), "the rows' progress: stderr"
     with Image.open(results / "atari_Pong.gif") as gif:
         assert gif.size == (160, 210)

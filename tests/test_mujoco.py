@@ -4,6 +4,8 @@ import dataclasses
 import io
 import json
 import os
+import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +19,9 @@ import environments
 import sessions
 from graphs import build_session
 from test_training import assert_refused, refused, train
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+import mujoco_vs_sb3  # noqa: E402
 
 CHEETAH = "HalfCheetah-v5"
 # short episodes (a full one is 1,000 steps), so that a short run has a mean-100 and a best agent
@@ -235,3 +240,19 @@ def test_a_gif_keeps_its_envs_pace_in_frame_times_a_browser_shows(frames_per_s, 
             gif.seek(index)
             durations.append(gif.info["duration"])
     assert set(durations) == shown and abs(sum(durations) - 2000) <= 20
+
+
+def test_the_sb3_comparison_takes_only_runs_of_the_preset_and_says_which_it_left_out(
+        cheetah_run, tmp_path, capsys):
+    """bench/mujoco_vs_sb3.py compares runs made with the env's preset as config.py has it: a run
+    of other settings (here the short test run) is named on stderr, not silently dropped."""
+    assert mujoco_vs_sb3.our_runs([cheetah_run]) == []
+    assert f"left out {cheetah_run}: not run with {CHEETAH}'s preset" in capsys.readouterr().err
+    as_preset = tmp_path / "as_preset"
+    shutil.copytree(cheetah_run, as_preset)
+    saved = json.loads((as_preset / "config.json").read_text())
+    saved["config"] = json.loads(json.dumps(dataclasses.asdict(config_module.config_for(CHEETAH))))
+    (as_preset / "config.json").write_text(json.dumps(saved))
+    [run] = mujoco_vs_sb3.our_runs([str(as_preset)])
+    assert (run["env"], run["dir"]) == (CHEETAH, str(as_preset)) and run["env_steps"] > 10_000
+    assert capsys.readouterr().err == ""
