@@ -3,8 +3,11 @@ import os
 import sys
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the benchmark scripts some tests drive; last, as bench/cluster.py must not hide cluster.py
+sys.path.append(os.path.join(ROOT, "bench"))
 
 import a3c  # noqa: E402,F401  (first: TensorFlow is imported with the trainer's settings, oneDNN)
 import envs  # noqa: E402,F401  (registers the A3CTest/* environments)

@@ -4,7 +4,6 @@ import glob
 import io
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -18,9 +17,8 @@ import config as config_module
 from graphs import build_session, checkpoints_and_best
 from test_training import read_rows, refused
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-import atari_scoreboard  # noqa: E402
-import trunk_probe  # noqa: E402
+import atari_scoreboard
+import trunk_probe
 
 PONG = "ALE/Pong-v5"
 SMALL = dict(workers=2, envs_per_worker=2, n_steps=5, log_every_s=0.5, best_trial_episodes=2)

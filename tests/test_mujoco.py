@@ -5,7 +5,6 @@ import io
 import json
 import os
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -20,8 +19,7 @@ import sessions
 from graphs import build_session
 from test_training import assert_refused, refused, train
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-import mujoco_vs_sb3  # noqa: E402
+import mujoco_vs_sb3
 
 CHEETAH = "HalfCheetah-v5"
 # short episodes (a full one is 1,000 steps), so that a short run has a mean-100 and a best agent
