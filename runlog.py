@@ -195,6 +195,7 @@ class EpisodeLog:
                         cpu_utilisation=(cpu_seconds() - self.start_cpu) / max(session, 1e-9)
                         / self.cpu_capacity,
                         running=float(np.mean(self.recent_returns)) if self.recent_returns else math.nan,
+                        window=len(self.recent_returns),
                         best_running=self.best_running, best_episode=self.best_episode)
 
     def best(self) -> tuple[float, int, int]:

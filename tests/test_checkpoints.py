@@ -834,6 +834,15 @@ def test_a_kill_between_the_best_agents_files_and_its_label_leaves_the_earlier_b
     close()
 
 
+def test_the_progress_line_says_how_many_episodes_its_running_mean_is_over(tmp_path):
+    _, _, log, _, play, _, close = best_agent_fixture(tmp_path)
+    play([1.0] * 37)
+    assert "mean-37 return" in console.progress_line(log.progress())
+    play([1.0] * 70)
+    assert "mean-100 return" in console.progress_line(log.progress())
+    close()
+
+
 def test_the_final_net_is_tried_even_below_the_best_mean_100(tmp_path):
     best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
     prefer(0)
