@@ -26,7 +26,6 @@ and console.py.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -37,6 +36,16 @@ import threading
 import time
 import typing
 
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    # TensorFlow takes seconds to import: a Ctrl-C then gets a line, not a traceback; to a copy
+    # of stderr, which sessions.py silences during the import
+    stderr_at_start = os.dup(2)
+
+    def stopped_while_starting(signum, frame):
+        os.write(stderr_at_start, b"a3c.py: interrupted while starting: nothing was written\n")
+        raise SystemExit(130)
+    signal.signal(signal.SIGINT, stopped_while_starting)  # main() puts the training handler in
+
 import gymnasium as gym
 import numpy as np
 
@@ -45,8 +54,9 @@ import config as config_module
 from config import Config
 from cpus import cpu_layout
 from sessions import close_remote_session, open_session, session_callable, tf, v1, versions
-from console import (Console, Interrupted, UsageError, WorkerError, attempt, counted, first_line,
-                     progress_line, repeated_stop, stop_like_ctrl_c, tell, warn)
+from console import (Console, Interrupted, OneLineParser, UsageError, WorkerError, attempt, budget,
+                     counted, first_line, progress_line, repeated_stop, stop_like_ctrl_c, tell,
+                     warn)
 from environments import ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
@@ -1026,18 +1036,18 @@ DEFAULT_ENV = "Pendulum-v1"
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         description="Threaded A3C (TF1 graph mode) on a gymnasium environment. "
                     "Hyperparameters live in config.py; any field can be set with --set.")
     parser.add_argument("--env", help=f"gymnasium id (default {DEFAULT_ENV}); "
                         "'module:Env-v0' imports module first")
     parser.add_argument("--workers", type=int, help="worker threads (config: workers)")
-    parser.add_argument("--max-episodes", type=int, help="stop after this many episodes "
-                        "(config: max_episodes; 0 means no limit)")
-    parser.add_argument("--max-steps", type=int, help="stop after this many global env steps "
-                        "(config: max_steps; 0 means no limit)")
+    parser.add_argument("--max-episodes", type=budget, help="stop after this many episodes "
+                        "(config: max_episodes; 0 or none means no limit)")
+    parser.add_argument("--max-steps", type=budget, help="stop after this many global env steps "
+                        "(config: max_steps; 0 or none means no limit)")
     parser.add_argument("--seed", type=int, help="random seed (config: seed)")
-    parser.add_argument("--results-dir", default="results", help="where run folders go (default results/)")
+    parser.add_argument("--results-dir", help="where a new run's folder goes (default results/)")
     parser.add_argument("--no-plot", action="store_true", help="don't open the plot window "
                         "(rewards.png is saved anyway)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR's run from its latest "
@@ -1177,7 +1187,7 @@ def refuse_flags_of_the_other_mode(args) -> None:
             ("--env", args.env), ("--resume", args.resume), ("--workers", args.workers),
             ("--seed", args.seed), ("--max-episodes", args.max_episodes),
             ("--max-steps", args.max_steps), ("--sync", args.sync_updates),
-            ("--set", args.set or None)) if value is not None]
+            ("--set", args.set or None), ("--results-dir", args.results_dir)) if value is not None]
         if given:
             raise UsageError(f"--eval plays RUN_DIR's agent with the run's own config; "
                              f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
@@ -1188,6 +1198,9 @@ def refuse_flags_of_the_other_mode(args) -> None:
     if given:
         raise UsageError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --eval "
                          f"RUN_DIR, which plays a trained agent")
+    if args.resume is not None and args.results_dir is not None:
+        raise UsageError("--resume goes on writing into RUN_DIR itself; drop --results-dir (it "
+                         "places new runs)")
 
 
 def stop_like_ctrl_c_or_exit(signum, frame):
@@ -1272,7 +1285,7 @@ def main(argv=None, command_line: bool = False) -> int:
             summary = train(env_id, cfg, show_plot=not args.no_plot, resume_dir=args.resume,
                             cluster=cluster)
         else:  # first, which preset set what: an edited Config default that it overrides shows
-            summary = train(env_id, cfg, args.results_dir, show_plot=not args.no_plot,
+            summary = train(env_id, cfg, args.results_dir or "results", show_plot=not args.no_plot,
                             cluster=cluster,
                             preamble=config_module.describe_preset(env_id, cfg.sync_updates))
     except (UsageError, cluster_module.ClusterError) as exc:  # the input, cluster files too

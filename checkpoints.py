@@ -3,6 +3,7 @@ RMSProp slots and env step count, and where a resumed run continues from."""
 from __future__ import annotations
 
 import datetime
+import glob
 import math
 import json
 import os
@@ -90,6 +91,12 @@ def latest_checkpoint(folder: str) -> str:
         raise UsageError(f"cannot read the checkpoint index in {folder}: {first_line(exc)}") from None
     checkpoint = state and os.path.join(folder, os.path.basename(state.model_checkpoint_path))
     if not checkpoint or not os.path.exists(checkpoint + ".index"):
+        stored = sorted(glob.glob(os.path.join(folder, "model-*.index")),
+                        key=lambda path: int(path.rsplit("-", 1)[1].split(".")[0]))
+        if stored:  # the files are there, the index that names the newest is not
+            raise UsageError(f"the index {os.path.join(folder, 'checkpoint')} is missing or names "
+                             f"no checkpoint there, though {len(stored)} are; --eval RUN_DIR "
+                             f"--checkpoint {stored[-1][:-len('.index')]} plays the newest")
         raise UsageError(f"no checkpoint in {folder}; "
                          f"runs write one at the end and every checkpoint_every_s seconds")
     return checkpoint

@@ -2,6 +2,7 @@
 console that must never be what stops a run."""
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
@@ -19,6 +20,24 @@ class WorkerError(Exception):
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM, SIGHUP) that ended the program before a clean stop; the message says
     what is true of the run at that point."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A bad flag gets one line, like every other bad input, not argparse's usage block."""
+
+    def error(self, message):
+        tell(sys.stderr, f"{self.prog}: error: {message} (python {self.prog} --help lists the flags)")
+        raise SystemExit(2)
+
+
+def budget(text: str) -> int:
+    """--max-episodes and --max-steps: a count, with 0 and none for no limit (as in --set)."""
+    if text.strip().lower() == "none":
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (0 or none: no limit)") from None
 
 
 def first_line(exc: Exception) -> str:

@@ -204,6 +204,19 @@ def test_eval_refuses_a_corrupt_checkpoint(trained_run, tmp_path, capsys):
     refused(["--eval", str(run)], capsys, "cannot restore")
 
 
+def test_a_lost_checkpoint_index_is_named_with_the_newest_checkpoint_to_play(trained_run,
+                                                                           tmp_path, capsys):
+    run = copy_run(trained_run, tmp_path / "run")
+    folder = os.path.join(run, checkpoints.CHECKPOINT_FOLDER)
+    os.remove(os.path.join(folder, "checkpoint"))
+    newest = max(glob.glob(os.path.join(folder, "model-*.index")),
+                 key=lambda path: int(path.rsplit("-", 1)[1].split(".")[0]))[:-len(".index")]
+    for argv in (["--resume", str(run), "--max-episodes", "99"],
+                 ["--eval", str(run), "--checkpoint", "latest"]):
+        refused(argv, capsys, "checkpoints/checkpoint is missing", f"--checkpoint {newest}")
+    assert a3c.main(["--eval", str(run), "--checkpoint", newest, "--episodes", "1"]) == 0
+
+
 def test_eval_refuses_a_checkpoint_of_another_network_shape(trained_run, tmp_path, capsys):
     run = copy_run(trained_run, tmp_path / "run")
     path = os.path.join(run, "config.json")
@@ -505,6 +518,27 @@ def test_the_worker_trains_at_the_annealed_rate_the_log_gives(tmp_path):
         sess.close()
         worker.close()
     assert moved == {0.0: False, 1.0: True}
+
+
+def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(tmp_path):
+    """`import tensorflow` takes seconds: a Ctrl-C then ends the process with a line, not a
+    traceback through the imports."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(root, "a3c.py"), "--env", "CartPole-v1", "--no-plot",
+         "--results-dir", str(tmp_path / "runs")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.8)  # past Python's start, inside the imports
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert err.strip() == "a3c.py: interrupted while starting: nothing was written", err
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("trial_episodes", [0, 5])

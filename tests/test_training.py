@@ -309,17 +309,29 @@ def test_cli_refuses_unsupported_spaces_naming_env_and_space(env_id, words, caps
     (["--sync", "--set", "scale_lr_with_workers=true"], ["scale_lr_with_workers", "sync_updates",
                                                           "drop one of the two"]),
     (["--episodes", "3"], ["--episodes goes with --eval"]),
-    (["--eval", ".", "--set", "gamma=0.5", "--max-steps", "3"], ["--max-steps, --set are for training"]),
+    (["--eval", ".", "--set", "gamma=0.5", "--max-steps", "3"], ["--max-steps, --set, --results-dir are for training"]),
 ])
 def test_cli_refuses_bad_values_in_one_line(argv, words, capsys, tmp_path):
     assert_refused(["--env", "CartPole-v1"] + argv, capsys, tmp_path, *words)
 
 
-def test_cli_rejects_malformed_flags_with_exit_2(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        a3c.main(["--workers", "many"])
-    assert exit_info.value.code == 2
-    assert "--workers" in capsys.readouterr().err
+def test_cli_rejects_malformed_flags_with_exit_2_in_one_line(capsys):
+    for argv, flag in ((["--workers", "many"], "--workers"), (["--max-steps", "lots"], "--max-steps"),
+                       (["--no-such-flag"], "--no-such-flag")):
+        with pytest.raises(SystemExit) as exit_info:
+            a3c.main(argv)
+        err = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and flag in err and "--help" in err
+        assert len(err.splitlines()) == 1, err
+
+
+def test_results_dir_is_refused_where_no_new_run_folder_is_made(capsys, tmp_path):
+    """--eval and --resume write into RUN_DIR itself: a --results-dir there would be ignored."""
+    refused(["--eval", str(tmp_path), "--results-dir", str(tmp_path / "out")], capsys,
+            "--results-dir is for training")
+    refused(["--resume", str(tmp_path), "--results-dir", str(tmp_path / "out")], capsys,
+            "--resume goes on writing into RUN_DIR", "drop --results-dir")
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_runs_a_job_and_a_worker_error_exits_non_zero(capsys, tmp_path):
@@ -365,6 +377,9 @@ def test_flags_and_set_mean_the_same_and_zero_budgets_mean_no_limit():
                            "--max-steps", "500", "--set", "workers=3"])
     assert a3c.config_from_args(args) == by_flags
     assert (by_flags.max_episodes, by_flags.max_steps, by_flags.workers) == (None, 500, 3)
+    args = a3c.parse_args(["--env", "CartPole-v1", "--max-episodes", "none", "--max-steps", "500",
+                           "--workers", "3"])  # as --set max_episodes=none
+    assert a3c.config_from_args(args) == by_flags
 
 
 def test_set_parses_every_kind_of_field():
