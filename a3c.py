@@ -1171,6 +1171,18 @@ def config_from_args(args) -> Config:
     return cfg
 
 
+def warn_of_unused_settings(env_id: str, cfg: Config, set_by_hand: dict) -> None:
+    """A --set that changes nothing in this run (cnn on CartPole, actor_lr under use_lstm) is
+    kept, and said so: a user tuning it would otherwise wait a whole run to find out."""
+    maybe = set(set_by_hand) & (set(config_module.unused_fields(cfg, True, True))
+                                | set(config_module.unused_fields(cfg, False, False)))
+    if maybe:  # (the env is made only then)
+        spec = probe_spec(env_id, cfg)
+        unused = config_module.unused_fields(cfg, spec.image, spec.discrete)
+        for field in sorted(maybe & set(unused)):
+            warn(f"--set {field} changes nothing in this run: {unused[field]}")
+
+
 def checked(cfg: Config) -> Config:
     try:
         cfg.validate()
@@ -1255,6 +1267,7 @@ def main(argv=None, command_line: bool = False) -> int:
             env_id, cfg = resume_config(args, shape)
         else:
             env_id, cfg = args.env or DEFAULT_ENV, config_from_args(args)
+            warn_of_unused_settings(env_id, cfg, overrides_from_args(args))
             if isinstance(cluster, int):
                 probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
         if cfg.normalize_obs and is_atari(env_id):

@@ -377,6 +377,40 @@ def field_names() -> list[str]:
 
 
 # Budgets where None means "no limit": on the command line 0 says the same.
+def unused_fields(cfg: Config, image: bool, discrete: bool) -> dict[str, str]:
+    """The fields that change nothing in a run of cfg on an env with image (Atari) or flat
+    observations and discrete or continuous actions, each with why: a run says so of those set
+    by hand (they are kept in config.json all the same)."""
+    shared = image or cfg.use_lstm
+    why = {}
+    if not image:
+        why.update(dict.fromkeys(("cnn", "trunk_activation", "repeat_action_probability",
+                                  "atari_threads"), "it is for Atari's image observations"))
+    if discrete:
+        why.update(dict.fromkeys(("sigma_from_state", "initial_sigma", "final_sigma_scale",
+                                  "sigma_floor"), "it is for continuous actions"))
+    elif not cfg.anneal_lr:
+        why["final_sigma_scale"] = "sigma narrows with the annealed rate: it needs anneal_lr"
+    if shared:
+        why.update(dict.fromkeys(("actor_lr", "critic_lr", "actor_hidden", "critic_hidden"),
+                                 "one trunk feeds both heads here (Atari, use_lstm): shared_lr "
+                                 "trains it"))
+    else:
+        why.update(dict.fromkeys(("shared_lr", "value_loss_coef"), "it is for one trunk under "
+                                 "both heads (Atari, use_lstm); actor_lr and critic_lr train here"))
+    if image or (cfg.use_lstm and not cfg.lstm_input_hidden):
+        why["hidden_activation"] = "no hidden layer here uses it (it is for flat observations' MLPs)"
+    if not cfg.use_lstm:
+        why.update(dict.fromkeys(("lstm_units", "lstm_input_hidden"), "it needs use_lstm"))
+    elif image:
+        why["lstm_input_hidden"] = "it is for flat observations"
+    if not cfg.anneal_lr:
+        why["anneal_steps"] = "it needs anneal_lr"
+    if not cfg.normalize_obs:
+        why["obs_clip"] = "it needs normalize_obs"
+    return why
+
+
 NO_LIMIT_FIELDS = ("max_episodes", "max_steps")
 
 

@@ -486,3 +486,46 @@ def test_tensorflow_comes_without_keras_and_leaves_it_importable():
     assert "tensorflow" in sys.modules and "keras" not in sys.modules
     for name in sessions.KERAS_LOADED_BY_TENSORFLOW:
         assert name not in sys.modules, f"{name}: loaded, or still marked unimportable"
+
+
+# a valid value other than any preset's for each field config.unused_fields may name
+OTHER_VALUE = dict(cnn="nature", trunk_activation="relu", repeat_action_probability=0.1,
+                   atari_threads=2, sigma_from_state=True, initial_sigma=0.3,
+                   final_sigma_scale=0.55, sigma_floor=0.05, actor_lr=0.123, critic_lr=0.123,
+                   actor_hidden=(7,), critic_hidden=(7,), shared_lr=0.123, value_loss_coef=0.3,
+                   hidden_activation="tanh", lstm_units=16, lstm_input_hidden=(9,),
+                   anneal_steps=1234, obs_clip=3.0)
+
+
+def graph_bytes(spec, cfg) -> bytes:
+    graph = tf.Graph()
+    with graph.as_default():
+        a3c.build_graph(spec, cfg)
+    return graph.as_graph_def().SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize("env_id, overrides", [
+    ("CartPole-v1", {}), ("Pendulum-v1", {"use_lstm": True}),
+    ("Pendulum-v1", {"anneal_lr": False}), ("ALE/Pong-v5", {})])
+def test_the_settings_a_run_warns_change_nothing_leave_its_graph_as_it_is(env_id, overrides):
+    """What `--set` warns of as changing nothing (config.unused_fields) builds the same graph,
+    all of them changed at once; the env and schedule settings among them act outside it
+    (environments.py, runlog.py)."""
+    cfg = dataclasses.replace(config_module.config_for(env_id), workers=1, **overrides)
+    spec = environments.probe_spec(env_id, cfg)
+    unused = config_module.unused_fields(cfg, spec.image, spec.discrete)
+    assert set(unused) <= set(OTHER_VALUE)
+    same = graph_bytes(spec, cfg)
+    changed = dataclasses.replace(cfg, **{field: OTHER_VALUE[field] for field in unused})
+    assert graph_bytes(spec, changed) == same, sorted(unused)
+    in_use = "shared_lr" if spec.image or cfg.use_lstm else "actor_lr"  # (the check can fail)
+    assert in_use not in unused
+    assert graph_bytes(spec, dataclasses.replace(cfg, **{in_use: OTHER_VALUE[in_use]})) != same
+
+
+def test_a_run_warns_of_a_setting_that_changes_nothing_and_only_of_those(capsys):
+    a3c.warn_of_unused_settings("CartPole-v1", config_module.config_for("CartPole-v1"),
+                                {"cnn": "nature", "actor_lr": 1e-3, "shared_lr": 1e-3})
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "--set cnn changes nothing" in err[0] and "Atari" in err[0]
+    assert "--set shared_lr changes nothing" in err[1]
