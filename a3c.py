@@ -57,7 +57,8 @@ from sessions import close_remote_session, open_session, session_callable, tf, v
 from console import (Console, Interrupted, OneLineParser, UsageError, WorkerError, attempt, budget,
                      counted, first_line, progress_line, repeated_stop, stop_like_ctrl_c, tell,
                      warn)
-from environments import ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec
+from environments import (ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec,
+                          warn_of_unused_settings)
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
                       observation_statistics_update, optimizer_groups, scaled_observations,
@@ -1169,18 +1170,6 @@ def config_from_args(args) -> Config:
                          "because more workers push more often; with sync_updates (--sync) a "
                          "round makes one update whatever the workers: drop one of the two")
     return cfg
-
-
-def warn_of_unused_settings(env_id: str, cfg: Config, set_by_hand: dict) -> None:
-    """A --set that changes nothing in this run (cnn on CartPole, actor_lr under use_lstm) is
-    kept, and said so: a user tuning it would otherwise wait a whole run to find out."""
-    maybe = set(set_by_hand) & (set(config_module.unused_fields(cfg, True, True))
-                                | set(config_module.unused_fields(cfg, False, False)))
-    if maybe:  # (the env is made only then)
-        spec = probe_spec(env_id, cfg)
-        unused = config_module.unused_fields(cfg, spec.image, spec.discrete)
-        for field in sorted(maybe & set(unused)):
-            warn(f"--set {field} changes nothing in this run: {unused[field]}")
 
 
 def checked(cfg: Config) -> Config:

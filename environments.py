@@ -9,8 +9,9 @@ import warnings
 import gymnasium as gym
 import numpy as np
 
+import config as config_module
 from config import Config
-from console import UsageError, first_line
+from console import UsageError, first_line, warn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,18 @@ def probe_spec(env_id: str, cfg: Config) -> "EnvSpec":
         return env_spec(probe, env_id)
     finally:
         probe.close()
+
+
+def warn_of_unused_settings(env_id: str, cfg: Config, set_by_hand: dict) -> None:
+    """A --set that changes nothing in this run (cnn on CartPole, actor_lr under use_lstm) is
+    kept, and said so: a user tuning it would otherwise wait a whole run to find out."""
+    maybe = set(set_by_hand) & (set(config_module.unused_fields(cfg, True, True))
+                                | set(config_module.unused_fields(cfg, False, False)))
+    if maybe:  # (the env is made only then)
+        spec = probe_spec(env_id, cfg)
+        unused = config_module.unused_fields(cfg, spec.image, spec.discrete)
+        for field in sorted(maybe & set(unused)):
+            warn(f"--set {field} changes nothing in this run: {unused[field]}")
 
 
 def env_spec(env, env_id: str) -> EnvSpec:

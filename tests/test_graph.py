@@ -524,8 +524,8 @@ def test_the_settings_a_run_warns_change_nothing_leave_its_graph_as_it_is(env_id
 
 
 def test_a_run_warns_of_a_setting_that_changes_nothing_and_only_of_those(capsys):
-    a3c.warn_of_unused_settings("CartPole-v1", config_module.config_for("CartPole-v1"),
-                                {"cnn": "nature", "actor_lr": 1e-3, "shared_lr": 1e-3})
+    environments.warn_of_unused_settings("CartPole-v1", config_module.config_for("CartPole-v1"),
+                                         {"cnn": "nature", "actor_lr": 1e-3, "shared_lr": 1e-3})
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "--set cnn changes nothing" in err[0] and "Atari" in err[0]
     assert "--set shared_lr changes nothing" in err[1]
