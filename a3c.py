@@ -42,7 +42,10 @@ if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_
     stderr_at_start = os.dup(2)
 
     def stopped_while_starting(signum, frame):
-        os.write(stderr_at_start, b"a3c.py: interrupted while starting: nothing was written\n")
+        try:
+            os.write(stderr_at_start, b"a3c.py: interrupted while starting: nothing was written\n")
+        except OSError:  # (no console left to tell)
+            pass
         raise SystemExit(130)
     signal.signal(signal.SIGINT, stopped_while_starting)  # main() puts the training handler in
 
@@ -54,11 +57,11 @@ import config as config_module
 from config import Config
 from cpus import cpu_layout
 from sessions import close_remote_session, open_session, session_callable, tf, v1, versions
-from console import (Console, Interrupted, OneLineParser, UsageError, WorkerError, attempt, budget,
+from console import (Console, Interrupted, OneLineParser, UsageError, WorkerError, attempt,
                      counted, first_line, progress_line, repeated_stop, stop_like_ctrl_c, tell,
                      warn)
 from environments import (ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec,
-                          warn_of_unused_settings)
+                          unused_setting_warnings)
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
                       observation_statistics_update, optimizer_groups, scaled_observations,
@@ -1043,9 +1046,9 @@ def parse_args(argv):
     parser.add_argument("--env", help=f"gymnasium id (default {DEFAULT_ENV}); "
                         "'module:Env-v0' imports module first")
     parser.add_argument("--workers", type=int, help="worker threads (config: workers)")
-    parser.add_argument("--max-episodes", type=budget, help="stop after this many episodes "
+    parser.add_argument("--max-episodes", help="stop after this many episodes "
                         "(config: max_episodes; 0 or none means no limit)")
-    parser.add_argument("--max-steps", type=budget, help="stop after this many global env steps "
+    parser.add_argument("--max-steps", help="stop after this many global env steps "
                         "(config: max_steps; 0 or none means no limit)")
     parser.add_argument("--seed", type=int, help="random seed (config: seed)")
     parser.add_argument("--results-dir", help="where a new run's folder goes (default results/)")
@@ -1095,19 +1098,22 @@ def overrides_from_args(args) -> dict:
     the same meaning (0 for a budget: no limit); a field set twice is refused."""
     flags = {field: flag if getattr(args, field) is True else f"{flag} {getattr(args, field)}"
              for field, flag in FLAG_FIELDS.items() if getattr(args, field) is not None}
-    for field in flags:
-        if getattr(args, field) < 0 and field in config_module.NO_LIMIT_FIELDS:
-            raise UsageError(f"{flags[field]}: must be >= 0 (0: no limit)")
     try:
         overrides = config_module.parse_overrides(args.set)
         twice = sorted(set(overrides) & set(flags))
         if twice:
             raise ValueError(f"{twice[0]} is set twice ({flags[twice[0]]} and --set "
                              f"{twice[0]}=...); set it once")
-        overrides.update(config_module.parse_overrides(
-            [f"{field}={getattr(args, field)}" for field in flags]))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    for field in flags:  # (the budgets' text as --set reads it: 1e6, 0 and none too)
+        try:
+            value = config_module.parse_value(field, str(getattr(args, field)))
+        except ValueError as exc:
+            raise UsageError(f"{flags[field]}: {exc}") from None
+        if field in config_module.NO_LIMIT_FIELDS and value is not None and value < 0:
+            raise UsageError(f"{flags[field]}: must be >= 0 (0 or none: no limit)")
+        overrides[field] = value
     return overrides
 
 
@@ -1256,9 +1262,10 @@ def main(argv=None, command_line: bool = False) -> int:
             env_id, cfg = resume_config(args, shape)
         else:
             env_id, cfg = args.env or DEFAULT_ENV, config_from_args(args)
-            warn_of_unused_settings(env_id, cfg, overrides_from_args(args))
             if isinstance(cluster, int):
                 probe_spec(env_id, cfg)  # a bad env fails here, before any process starts
+            unused_notes = [] if isinstance(cluster, int) else (  # (local:N: its chief says them)
+                unused_setting_warnings(env_id, cfg, overrides_from_args(args)))
         if cfg.normalize_obs and is_atari(env_id):
             raise UsageError("normalize_obs is for flat observations: Atari frames are scaled to "
                              "[0, 1] in the graph; drop --set normalize_obs=true")
@@ -1286,10 +1293,11 @@ def main(argv=None, command_line: bool = False) -> int:
         if args.resume is not None:
             summary = train(env_id, cfg, show_plot=not args.no_plot, resume_dir=args.resume,
                             cluster=cluster)
-        else:  # first, which preset set what: an edited Config default that it overrides shows
+        else:  # first, which preset set what (an edited Config default it overrides shows), and
+            # what was set by hand to no effect: once the env and config are known to work
+            preamble = [config_module.describe_preset(env_id, cfg.sync_updates)] + unused_notes
             summary = train(env_id, cfg, args.results_dir or "results", show_plot=not args.no_plot,
-                            cluster=cluster,
-                            preamble=config_module.describe_preset(env_id, cfg.sync_updates))
+                            cluster=cluster, preamble="\n".join(preamble))
     except (UsageError, cluster_module.ClusterError) as exc:  # the input, cluster files too
         tell(sys.stderr, f"a3c.py: error: {exc}")
         return 2

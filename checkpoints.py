@@ -3,17 +3,17 @@ RMSProp slots and env step count, and where a resumed run continues from."""
 from __future__ import annotations
 
 import datetime
-import glob
 import math
 import json
 import os
+import re
 import threading
 
 import numpy as np
 
 import config as config_module
 from config import Config
-from console import UsageError, first_line, warn
+from console import UsageError, counted, first_line, warn
 from runlog import AnnealStart, RunHistory, anneal_used, annealed_fraction, budget_used, read_episodes
 from sessions import tf, v1
 
@@ -81,6 +81,14 @@ def adopt_checkpoints(saver, folder: str) -> None:
                                     for p in (state.all_model_checkpoint_paths if state else [])])
 
 
+def run_folder_of(folder: str) -> str:
+    """The run folder of a checkpoints folder: RUN/checkpoints, or RUN/checkpoints/best."""
+    folder = os.path.normpath(folder)
+    while os.path.basename(folder) != CHECKPOINT_FOLDER and folder != os.path.dirname(folder):
+        folder = os.path.dirname(folder)
+    return os.path.dirname(folder)
+
+
 def latest_checkpoint(folder: str) -> str:
     """The newest checkpoint in folder (UsageError if none). Runs written before the index held
     relative paths name their checkpoints by absolute path: each name is resolved inside folder,
@@ -91,12 +99,16 @@ def latest_checkpoint(folder: str) -> str:
         raise UsageError(f"cannot read the checkpoint index in {folder}: {first_line(exc)}") from None
     checkpoint = state and os.path.join(folder, os.path.basename(state.model_checkpoint_path))
     if not checkpoint or not os.path.exists(checkpoint + ".index"):
-        stored = sorted(glob.glob(os.path.join(folder, "model-*.index")),
-                        key=lambda path: int(path.rsplit("-", 1)[1].split(".")[0]))
-        if stored:  # the files are there, the index that names the newest is not
-            raise UsageError(f"the index {os.path.join(folder, 'checkpoint')} is missing or names "
-                             f"no checkpoint there, though {len(stored)} are; --eval RUN_DIR "
-                             f"--checkpoint {stored[-1][:-len('.index')]} plays the newest")
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        steps = sorted(int(match.group(1)) for match in (
+            re.fullmatch(r"model-(\d+)\.index", name) for name in names) if match)
+        if steps:  # the files are there, the index that names the newest is not
+            raise UsageError(
+                f"the index {os.path.join(folder, 'checkpoint')} is missing or names no checkpoint "
+                f"there, though the folder holds {counted(len(steps), 'checkpoint')}: "
+                f"--eval {run_folder_of(folder)} --checkpoint "
+                f"{os.path.join(folder, f'model-{steps[-1]}')} plays the newest; to resume, write "
+                f"the line model_checkpoint_path: \"model-{steps[-1]}\" into that index")
         raise UsageError(f"no checkpoint in {folder}; "
                          f"runs write one at the end and every checkpoint_every_s seconds")
     return checkpoint

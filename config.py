@@ -376,7 +376,6 @@ def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(Config)]
 
 
-# Budgets where None means "no limit": on the command line 0 says the same.
 def unused_fields(cfg: Config, image: bool, discrete: bool) -> dict[str, str]:
     """The fields that change nothing in a run of cfg on an env with image (Atari) or flat
     observations and discrete or continuous actions, each with why: a run says so of those set
@@ -386,6 +385,8 @@ def unused_fields(cfg: Config, image: bool, discrete: bool) -> dict[str, str]:
     if not image:
         why.update(dict.fromkeys(("cnn", "trunk_activation", "repeat_action_probability",
                                   "atari_threads"), "it is for Atari's image observations"))
+    else:
+        why["scale_obs"] = "Atari's frames are scaled to [0, 1] in the graph"
     if discrete:
         why.update(dict.fromkeys(("sigma_from_state", "initial_sigma", "final_sigma_scale",
                                   "sigma_floor"), "it is for continuous actions"))
@@ -398,7 +399,8 @@ def unused_fields(cfg: Config, image: bool, discrete: bool) -> dict[str, str]:
     else:
         why.update(dict.fromkeys(("shared_lr", "value_loss_coef"), "it is for one trunk under "
                                  "both heads (Atari, use_lstm); actor_lr and critic_lr train here"))
-    if image or (cfg.use_lstm and not cfg.lstm_input_hidden):
+    hidden = cfg.lstm_input_hidden if cfg.use_lstm else cfg.actor_hidden + cfg.critic_hidden
+    if image or not hidden:
         why["hidden_activation"] = "no hidden layer here uses it (it is for flat observations' MLPs)"
     if not cfg.use_lstm:
         why.update(dict.fromkeys(("lstm_units", "lstm_input_hidden"), "it needs use_lstm"))
@@ -408,9 +410,12 @@ def unused_fields(cfg: Config, image: bool, discrete: bool) -> dict[str, str]:
         why["anneal_steps"] = "it needs anneal_lr"
     if not cfg.normalize_obs:
         why["obs_clip"] = "it needs normalize_obs"
+    if not cfg.best_trial_episodes:
+        why["best_trial_cpu_share"] = "it paces the best agent's trials: best_trial_episodes is 0"
     return why
 
 
+# Budgets where None means "no limit": on the command line 0 says the same.
 NO_LIMIT_FIELDS = ("max_episodes", "max_steps")
 
 

@@ -30,16 +30,6 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def budget(text: str) -> int:
-    """--max-episodes and --max-steps: a count, with 0 and none for no limit (as in --set)."""
-    if text.strip().lower() == "none":
-        return 0
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (0 or none: no limit)") from None
-
-
 def first_line(exc: Exception) -> str:
     """The first line of an exception's message (or its type's name): fit for a one-line error."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]

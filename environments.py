@@ -11,7 +11,7 @@ import numpy as np
 
 import config as config_module
 from config import Config
-from console import UsageError, first_line, warn
+from console import UsageError, first_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,16 +71,18 @@ def probe_spec(env_id: str, cfg: Config) -> "EnvSpec":
         probe.close()
 
 
-def warn_of_unused_settings(env_id: str, cfg: Config, set_by_hand: dict) -> None:
-    """A --set that changes nothing in this run (cnn on CartPole, actor_lr under use_lstm) is
-    kept, and said so: a user tuning it would otherwise wait a whole run to find out."""
+def unused_setting_warnings(env_id: str, cfg: Config, set_by_hand: dict) -> list[str]:
+    """Warning lines for each field set by hand that changes nothing in this run (cnn on
+    CartPole, actor_lr under use_lstm): it is kept, and said so, as a user tuning it would
+    otherwise wait a whole run to find out. The env is made only where one might be."""
     maybe = set(set_by_hand) & (set(config_module.unused_fields(cfg, True, True))
                                 | set(config_module.unused_fields(cfg, False, False)))
-    if maybe:  # (the env is made only then)
-        spec = probe_spec(env_id, cfg)
-        unused = config_module.unused_fields(cfg, spec.image, spec.discrete)
-        for field in sorted(maybe & set(unused)):
-            warn(f"--set {field} changes nothing in this run: {unused[field]}")
+    if not maybe:
+        return []
+    spec = probe_spec(env_id, cfg)
+    unused = config_module.unused_fields(cfg, spec.image, spec.discrete)
+    return [f"a3c.py: warning: --set {field} changes nothing in this run: {unused[field]}"
+            for field in sorted(maybe & set(unused))]
 
 
 def env_spec(env, env_id: str) -> EnvSpec:

@@ -211,10 +211,16 @@ def test_a_lost_checkpoint_index_is_named_with_the_newest_checkpoint_to_play(tra
     os.remove(os.path.join(folder, "checkpoint"))
     newest = max(glob.glob(os.path.join(folder, "model-*.index")),
                  key=lambda path: int(path.rsplit("-", 1)[1].split(".")[0]))[:-len(".index")]
-    for argv in (["--resume", str(run), "--max-episodes", "99"],
+    shutil.copy(newest + ".index", os.path.join(folder, "model-7 (copy).index"))  # a stray file
+    more = ["--max-steps", "12500", "--no-plot"]  # (the run trained 12,000 env steps)
+    for argv in (["--resume", str(run), *more],
                  ["--eval", str(run), "--checkpoint", "latest"]):
-        refused(argv, capsys, "checkpoints/checkpoint is missing", f"--checkpoint {newest}")
+        refused(argv, capsys, "checkpoints/checkpoint is missing",
+                f"--eval {run} --checkpoint {newest} plays the newest")
     assert a3c.main(["--eval", str(run), "--checkpoint", newest, "--episodes", "1"]) == 0
+    with open(os.path.join(folder, "checkpoint"), "w") as f:  # what the message says to resume
+        f.write(f'model_checkpoint_path: "{os.path.basename(newest)}"\n')
+    assert a3c.main(["--resume", str(run), *more]) == 0
 
 
 def test_eval_refuses_a_checkpoint_of_another_network_shape(trained_run, tmp_path, capsys):
@@ -529,13 +535,17 @@ def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(tmp_path):
     import time
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    process = subprocess.Popen(
+    process = subprocess.Popen(  # (Ctrl-C as a terminal gives it, though pytest ran in the background)
         [sys.executable, os.path.join(root, "a3c.py"), "--env", "CartPole-v1", "--no-plot",
-         "--results-dir", str(tmp_path / "runs")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.8)  # past Python's start, inside the imports
-    process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=60)
+         "--max-steps", "2000", "--results-dir", str(tmp_path / "runs")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        time.sleep(0.8)  # past Python's start, inside the imports
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
     assert process.returncode == 130, err
     assert err.strip() == "a3c.py: interrupted while starting: nothing was written", err
     assert not (tmp_path / "runs").exists()

@@ -494,7 +494,7 @@ OTHER_VALUE = dict(cnn="nature", trunk_activation="relu", repeat_action_probabil
                    final_sigma_scale=0.55, sigma_floor=0.05, actor_lr=0.123, critic_lr=0.123,
                    actor_hidden=(7,), critic_hidden=(7,), shared_lr=0.123, value_loss_coef=0.3,
                    hidden_activation="tanh", lstm_units=16, lstm_input_hidden=(9,),
-                   anneal_steps=1234, obs_clip=3.0)
+                   anneal_steps=1234, obs_clip=3.0, scale_obs=True, best_trial_cpu_share=0.5)
 
 
 def graph_bytes(spec, cfg) -> bytes:
@@ -523,9 +523,9 @@ def test_the_settings_a_run_warns_change_nothing_leave_its_graph_as_it_is(env_id
     assert graph_bytes(spec, dataclasses.replace(cfg, **{in_use: OTHER_VALUE[in_use]})) != same
 
 
-def test_a_run_warns_of_a_setting_that_changes_nothing_and_only_of_those(capsys):
-    environments.warn_of_unused_settings("CartPole-v1", config_module.config_for("CartPole-v1"),
-                                         {"cnn": "nature", "actor_lr": 1e-3, "shared_lr": 1e-3})
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2 and "--set cnn changes nothing" in err[0] and "Atari" in err[0]
-    assert "--set shared_lr changes nothing" in err[1]
+def test_a_run_warns_of_a_setting_that_changes_nothing_and_only_of_those():
+    notes = environments.unused_setting_warnings(
+        "CartPole-v1", config_module.config_for("CartPole-v1"),
+        {"cnn": "nature", "actor_lr": 1e-3, "shared_lr": 1e-3})
+    assert len(notes) == 2 and "--set cnn changes nothing" in notes[0] and "Atari" in notes[0]
+    assert "--set shared_lr changes nothing" in notes[1]

@@ -263,7 +263,8 @@ def assert_refused(argv, capsys, tmp_path, *words):
 
 def test_cli_refuses_a_results_dir_it_cannot_write_before_it_starts(capsys, tmp_path):
     (tmp_path / "a-file").write_text("")
-    refused(["--env", "CartPole-v1", "--results-dir", str(tmp_path / "a-file" / "runs")], capsys,
+    refused(["--env", "CartPole-v1", "--set", "cnn=nature",  # (refused: its warning unsaid)
+             "--results-dir", str(tmp_path / "a-file" / "runs")], capsys,
             "a-file is not a folder", "--results-dir")
     assert (tmp_path / "a-file").read_text() == ""
 
@@ -316,13 +317,14 @@ def test_cli_refuses_bad_values_in_one_line(argv, words, capsys, tmp_path):
 
 
 def test_cli_rejects_malformed_flags_with_exit_2_in_one_line(capsys):
-    for argv, flag in ((["--workers", "many"], "--workers"), (["--max-steps", "lots"], "--max-steps"),
-                       (["--no-such-flag"], "--no-such-flag")):
+    for argv, flag in ((["--workers", "many"], "--workers"), (["--no-such-flag"], "--no-such-flag")):
         with pytest.raises(SystemExit) as exit_info:
             a3c.main(argv)
         err = capsys.readouterr().err.strip()
         assert exit_info.value.code == 2 and flag in err and "--help" in err
         assert len(err.splitlines()) == 1, err
+    refused(["--max-steps", "lots"], capsys, "--max-steps lots", "bad value for max_steps")
+    refused(["--max-episodes", "-5"], capsys, "--max-episodes -5: must be >= 0")
 
 
 def test_results_dir_is_refused_where_no_new_run_folder_is_made(capsys, tmp_path):
@@ -336,12 +338,14 @@ def test_results_dir_is_refused_where_no_new_run_folder_is_made(capsys, tmp_path
 
 def test_cli_runs_a_job_and_a_worker_error_exits_non_zero(capsys, tmp_path):
     code = a3c.main(["--env", "CartPole-v1", "--workers", "2", "--max-episodes", "4", "--no-plot",
-                     "--seed", "5", "--set", "actor_hidden=8,8", "--results-dir", str(tmp_path)])
+                     "--seed", "5", "--set", "actor_hidden=8,8", "--set", "cnn=nature",
+                     "--results-dir", str(tmp_path)])
     assert code == 0
     # the run's first line names the preset and the fields it set, so an edited default that
-    # the preset overrides (CartPole's n_steps) shows at once
-    first = capsys.readouterr().out.splitlines()[0]
+    # the preset overrides (CartPole's n_steps) shows at once; then what was set to no effect
+    first, second = capsys.readouterr().out.splitlines()[:2]
     assert first == config_module.describe_preset("CartPole-v1") and "n_steps" in first
+    assert second.startswith("a3c.py: warning: --set cnn changes nothing in this run")
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*-s5"))
     with open(os.path.join(run_dir, "config.json")) as f:
         assert json.load(f)["config"]["actor_hidden"] == [8, 8]
@@ -377,8 +381,8 @@ def test_flags_and_set_mean_the_same_and_zero_budgets_mean_no_limit():
                            "--max-steps", "500", "--set", "workers=3"])
     assert a3c.config_from_args(args) == by_flags
     assert (by_flags.max_episodes, by_flags.max_steps, by_flags.workers) == (None, 500, 3)
-    args = a3c.parse_args(["--env", "CartPole-v1", "--max-episodes", "none", "--max-steps", "500",
-                           "--workers", "3"])  # as --set max_episodes=none
+    args = a3c.parse_args(["--env", "CartPole-v1", "--max-episodes", "none", "--max-steps", "5e2",
+                           "--workers", "3"])  # as --set max_episodes=none max_steps=5e2 reads
     assert a3c.config_from_args(args) == by_flags
 
 
