@@ -43,6 +43,7 @@ PONG_GOAL, PONG_HOURS = 18.0, 2.0
 # (game, seed, stop): stop at this mean-100 or after these hours; None: the preset's budget
 SCOREBOARD = [("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS)) for seed in (1, 2, 3)] + [
     ("ALE/Breakout-v5", 1, None), ("ALE/SpaceInvaders-v5", 1, None)]
+WORKERS = 8
 MILESTONES = (10e6, 20e6, 40e6)  # frames
 EVAL_GAMES = 10
 GIF_STEPS = 450  # 30 seconds of play at the console's pace
@@ -108,7 +109,7 @@ def on_sigterm(signum, frame):
     raise Terminated
 
 
-def train(runs: str, game: str, seed: int, stop) -> None:
+def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None:
     """Start or continue one run, and stop it (as Ctrl-C does) once it reaches its stop; a run
     that ends on its budget ends by itself (its final checkpoint and trials are not cut)."""
     folder = run_folder(runs, game, seed)
@@ -119,7 +120,7 @@ def train(runs: str, game: str, seed: int, stop) -> None:
         return
     command = [sys.executable, os.path.join(ROOT, "a3c.py"), "--no-plot"] + (
         ["--resume", folder] if folder is not None else
-        ["--env", game, "--seed", str(seed), "--results-dir", runs])
+        ["--env", game, "--seed", str(seed), "--workers", str(workers), "--results-dir", runs])
     print(f"{game} seed {seed}: {' '.join(command[1:])}", flush=True)
     child = subprocess.Popen(command)
     stopped = False
@@ -258,7 +259,7 @@ def plot(game: str, runs_of_game: list, path: str) -> None:
     for ax in (by_frames, by_hours):
         ax.grid(alpha=0.3)
     by_hours.legend(loc="lower right")
-    fig.suptitle(f"A3C on {game}, the Atari preset, 8 workers", fontsize=10)
+    fig.suptitle(f"A3C on {game}, the Atari preset, {WORKERS} workers", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -302,7 +303,7 @@ def main(argv=None) -> int:
     table = report(args.runs, args.out, not args.no_save, scoreboard)
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "
-            f"ATARI: the small CNN on 42x42 frames, 8 workers x 8 games, no sticky actions), "
+            f"ATARI: the small CNN on 42x42 frames, {WORKERS} workers x 8 games, no sticky actions), "
             f"on 2 cores, for 40M frames; Pong until its mean-100 reaches +{PONG_GOAL:g} "
             f"or {PONG_HOURS:g} hours if either comes first. Our scores are the mean of the "
             f"last 100 training games (mean-100) and the deterministic policy of the best "

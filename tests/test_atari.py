@@ -627,8 +627,9 @@ def test_the_scoreboard_stops_a_run_started_in_the_background_at_its_stop(tmp_pa
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     done = threading.Event()
     try:
-        worker = threading.Thread(target=lambda: (atari_scoreboard.train(
-            str(tmp_path), PONG, 1, (18.0, 10 / 3600)), done.set()), daemon=True)
+        worker = threading.Thread(target=lambda: (atari_scoreboard.train(  # (2 workers: its
+            str(tmp_path), PONG, 1, (18.0, 10 / 3600), workers=2), done.set()),  # first games end
+            daemon=True)                                                      # sooner)
         worker.start()
         worker.join(timeout=150)
     finally:
