@@ -641,3 +641,17 @@ def test_the_scoreboard_stops_a_run_started_in_the_background_at_its_stop(tmp_pa
     run_dir = atari_scoreboard.run_folder(str(tmp_path), PONG, 1)
     assert glob.glob(os.path.join(run_dir, "checkpoints", "model-*.index")), "saved at the stop"
     assert atari_scoreboard.progress(run_dir)["hours"] >= 10 / 3600
+
+
+def test_a_run_that_reached_its_stop_stays_finished_though_its_last_games_fell_below(tmp_path):
+    """Games that end while a stopped run saves can take its last mean-100 under the goal
+    (Pong seed 3 ended at 17.99 after reaching 18.02): `run` must not resume it."""
+    import runlog
+    running = [-21.0] * 150 + [18.02, 17.99]
+    with open(tmp_path / "episodes.csv", "w") as f:
+        f.write(",".join(runlog.EPISODE_COLUMNS) + "\n")
+        for index, mean in enumerate(running):
+            f.write(f"0,{index + 1},{(index + 1) * 1000},{index + 1.0},0,1000,{mean},1.0,0.5\n")
+    assert atari_scoreboard.stop_reached(str(tmp_path), (18.0, 2.0))
+    assert not atari_scoreboard.stop_reached(str(tmp_path), (18.5, 2.0))
+    assert atari_scoreboard.stop_reached(str(tmp_path), (18.5, 152 / 3600))  # (its hours)
