@@ -93,10 +93,9 @@ def progress(folder: str) -> dict:
 def stop_reached(folder: str, stop) -> bool:
     """Whether a run reached its stop (mean-100, hours) before its budget: at any game, as the
     games that end while a stopped run saves can take its last mean-100 back below the goal."""
-    from learning import first_reach  # bench/ is on the path
     done = progress(folder)
     return stop is not None and done["rows"] is not None and (
-        first_reach(done["rows"], stop[0]) is not None or done["hours"] >= stop[1])
+        reached(done["rows"], stop[0]) is not None or done["hours"] >= stop[1])
 
 
 def finished(folder: str, stop) -> bool:
