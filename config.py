@@ -99,6 +99,10 @@ class Config:
     repeat_action_probability: float = 0.25
     """Atari "sticky actions": the chance the emulator repeats the previous action instead (0.25:
     what ALE/...-v5 ids mean, Machado et al. 2018; the old ids of the A3C figures: 0.0)."""
+    terminal_on_life_loss: bool = False
+    """Atari, training only: a lost life ends the n-step return there (bootstrap 0), as DQN and
+    A3C trained, while the game, its score and its record go on to its last life. Games without
+    lives (Pong) are unchanged."""
     use_lstm: bool = False
     """An LSTM of lstm_units cells after the trunk (the A3C paper's "A3C LSTM"), for tasks whose
     observations leave out what must be remembered: both heads then train on one loss with
@@ -384,7 +388,8 @@ def unused_fields(cfg: Config, image: bool, discrete: bool) -> dict[str, str]:
     why = {}
     if not image:
         why.update(dict.fromkeys(("cnn", "trunk_activation", "repeat_action_probability",
-                                  "atari_threads"), "it is for Atari's image observations"))
+                                  "atari_threads", "terminal_on_life_loss"),
+                                 "it is for Atari's image observations"))
     else:
         why["scale_obs"] = "Atari's frames are scaled to [0, 1] in the graph"
     if discrete:

@@ -252,6 +252,9 @@ class AtariEnvs:
         self.count = count
         self.restarted = None
         self.fire_after_life_loss = greedy and atari_needs_fire(env_id)
+        # life_lost: each step, the games that lost a life and go on (for FIRE, and for training's
+        # terminal_on_life_loss)
+        self.tracks_lives = self.fire_after_life_loss or (cfg.terminal_on_life_loss and not greedy)
         self.lives = self.life_lost = self.still_steps = None
 
     def __len__(self) -> int:
@@ -278,9 +281,10 @@ class AtariEnvs:
             self.take_screen(self.screen.step(actions)[0])
         self.restarted = obs  # where an episode ended, the next one has already begun
         ended = terminated | truncated
-        if self.fire_after_life_loss:  # a new game's lives are no loss
+        if self.tracks_lives:  # a new game's lives are no loss
             self.life_lost = (info["lives"] < self.lives) & ~ended
             self.lives = info["lives"]
+        if self.fire_after_life_loss:
             # a game with lives to lose whose screen has not changed for STILL_STEPS steps:
             # waiting for FIRE (Pong has no lives; SpaceInvaders' invaders rest every other step)
             still = (self.lives > 0) & ~ended & np.all(obs[:, -1] == obs[:, -2], axis=(1, 2))

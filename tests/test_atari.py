@@ -293,6 +293,44 @@ def test_learning_rewards_are_clipped_and_logged_returns_are_raw():
     sess.close()
 
 
+def test_a_lost_life_ends_the_learning_return_but_not_the_game_nor_its_record():
+    """terminal_on_life_loss: in Breakout each lost life is a terminal step of the rollout (no
+    bootstrap past it, and the chain of returns cut there), while the game plays on, keeps its
+    score, and is recorded once, when its last life is gone."""
+    breakout = "ALE/Breakout-v5"
+    cfg = atari_config(workers=1, envs_per_worker=2, n_steps=5, terminal_on_life_loss=True)
+    envs = environments.make_envs(breakout, cfg, 1)
+    try:
+        spec = environments.env_spec(envs, breakout)
+    finally:
+        envs.close()
+    sess, _, (net,) = build_session(spec, cfg)
+    worker = a3c.Worker(0, net, breakout, spec, cfg)
+    worker.prepare(sess, seed=2)
+    real_step, seen = worker.envs.step, []
+
+    def step_and_note(actions):  # the game's own ends, and its lost lives, step by step
+        obs, rewards, terminated, truncated = real_step(actions)
+        seen.append((terminated.copy(), truncated.copy(), worker.envs.life_lost.copy()))
+        return obs, rewards, terminated, truncated
+    worker.envs.step = step_and_note
+    lives_lost = games_ended = games_recorded = 0
+    for _ in range(120):  # 1,200 agent steps of a near-random policy: dozens of lives, a few games
+        seen.clear()
+        games_recorded += len(worker.rollout())
+        worker.chosen_actions = None
+        terminated, truncated, lost = (np.array(part, np.float32) for part in zip(*seen))
+        np.testing.assert_array_equal(worker.terminated, np.maximum(terminated, lost))
+        np.testing.assert_array_equal(worker.ended, np.maximum.reduce([terminated, truncated, lost]))
+        assert not (lost * terminated).any(), "the last life's loss is the game's end"
+        lives_lost += int(lost.sum())
+        games_ended += int(np.maximum(terminated, truncated).sum())
+    assert lives_lost >= 5 and games_ended >= 1, (lives_lost, games_ended)
+    assert games_recorded == games_ended, "one record a game, not one a life"
+    worker.close()
+    sess.close()
+
+
 def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records(tmp_path, capsys,
                                                                                  monkeypatch):
     # games cut at 10 agent steps: 100 of them, and the trials of a best agent, within the budget

@@ -494,7 +494,8 @@ OTHER_VALUE = dict(cnn="nature", trunk_activation="relu", repeat_action_probabil
                    final_sigma_scale=0.55, sigma_floor=0.05, actor_lr=0.123, critic_lr=0.123,
                    actor_hidden=(7,), critic_hidden=(7,), shared_lr=0.123, value_loss_coef=0.3,
                    hidden_activation="tanh", lstm_units=16, lstm_input_hidden=(9,),
-                   anneal_steps=1234, obs_clip=3.0, scale_obs=True, best_trial_cpu_share=0.5)
+                   anneal_steps=1234, obs_clip=3.0, scale_obs=True, best_trial_cpu_share=0.5,
+                   terminal_on_life_loss=True)
 
 
 def graph_bytes(spec, cfg) -> bytes:
