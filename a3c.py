@@ -432,18 +432,17 @@ class Worker:
             self.next_obs[t] = next_obs
             learning_rewards = raw_rewards if clip is None else np.clip(raw_rewards, -clip, clip)
             self.rewards[t] = (learning_rewards + shift) * scale
-            ended = np.logical_or(terminated, truncated)
-            if self.life_loss_ends_return:  # ends the return, not the game nor its record
-                terminated = terminated | self.envs.life_lost
             self.terminated[t] = terminated
-            self.ended[t] = ended | terminated
+            self.ended[t] = np.logical_or(terminated, truncated)
+            if self.life_loss_ends_return:  # ends the return; the game, its record and LSTM state go on
+                self.terminated[t] = np.logical_or(terminated, self.envs.life_lost)
             self.episode_return += raw_rewards
             self.episode_length += 1
             self.obs[:] = self.next_obs[t]
             if self.state and self.ended[t].any():  # a new episode starts from a zero state
                 going_on = (1.0 - self.ended[t])[:, None]
                 self.state = tuple(part * going_on for part in self.state)
-            for k in np.flatnonzero(ended):
+            for k in np.flatnonzero(self.ended[t]):
                 # the final observation stays in next_obs for the bootstrap; the env starts anew
                 finished.append((int(k), float(self.episode_return[k]), int(self.episode_length[k])))
                 self.episode_return[k] = 0.0

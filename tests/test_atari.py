@@ -296,7 +296,7 @@ def test_learning_rewards_are_clipped_and_logged_returns_are_raw():
 def test_a_lost_life_ends_the_learning_return_but_not_the_game_nor_its_record():
     """terminal_on_life_loss: in Breakout each lost life is a terminal step of the rollout (no
     bootstrap past it, and the chain of returns cut there), while the game plays on, keeps its
-    score, and is recorded once, when its last life is gone."""
+    score, and is recorded once, whole, when its last life is gone."""
     breakout = "ALE/Breakout-v5"
     cfg = atari_config(workers=1, envs_per_worker=2, n_steps=5, terminal_on_life_loss=True)
     envs = environments.make_envs(breakout, cfg, 1)
@@ -309,24 +309,35 @@ def test_a_lost_life_ends_the_learning_return_but_not_the_game_nor_its_record():
     worker.prepare(sess, seed=2)
     real_step, seen = worker.envs.step, []
 
-    def step_and_note(actions):  # the game's own ends, and its lost lives, step by step
+    def step_and_note(actions):  # each step's game ends, lives before and after, and score
+        before = worker.envs.lives.copy()
         obs, rewards, terminated, truncated = real_step(actions)
-        seen.append((terminated.copy(), truncated.copy(), worker.envs.life_lost.copy()))
+        seen.append((terminated.copy(), truncated.copy(), before, worker.envs.lives.copy(),
+                     rewards.copy()))
         return obs, rewards, terminated, truncated
     worker.envs.step = step_and_note
-    lives_lost = games_ended = games_recorded = 0
+    score, length, lost_this_game = np.zeros(2), np.zeros(2, int), np.zeros(2, int)
+    lives_lost = games_ended = 0
     for _ in range(120):  # 1,200 agent steps of a near-random policy: dozens of lives, a few games
         seen.clear()
-        games_recorded += len(worker.rollout())
+        records = worker.rollout()
         worker.chosen_actions = None
-        terminated, truncated, lost = (np.array(part, np.float32) for part in zip(*seen))
-        np.testing.assert_array_equal(worker.terminated, np.maximum(terminated, lost))
-        np.testing.assert_array_equal(worker.ended, np.maximum.reduce([terminated, truncated, lost]))
-        assert not (lost * terminated).any(), "the last life's loss is the game's end"
+        terminated, truncated, before, after, rewards = (np.array(part) for part in zip(*seen))
+        game_over = terminated | truncated
+        lost = (after < before) & ~game_over  # (a new game's lives, after a game over, are no loss)
+        np.testing.assert_array_equal(worker.terminated, terminated | lost)
+        np.testing.assert_array_equal(worker.ended, game_over)  # (the LSTM state goes on too)
+        expected = []
+        for t in range(len(seen)):  # what each game's one record must hold: all of its lives
+            score, length, lost_this_game = score + rewards[t], length + 1, lost_this_game + lost[t]
+            for k in np.flatnonzero(game_over[t]):
+                assert lost_this_game[k] <= 4, "Breakout's 5 lives: 4 lost, then the game ends"
+                expected.append((int(k), float(score[k]), int(length[k])))
+                score[k], length[k], lost_this_game[k] = 0, 0, 0
+        assert records == expected
         lives_lost += int(lost.sum())
-        games_ended += int(np.maximum(terminated, truncated).sum())
+        games_ended += int(game_over.sum())
     assert lives_lost >= 5 and games_ended >= 1, (lives_lost, games_ended)
-    assert games_recorded == games_ended, "one record a game, not one a life"
     worker.close()
     sess.close()
 
