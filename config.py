@@ -252,6 +252,7 @@ ATARI = dict(
     best_trial_episodes=4,  # a game lasts thousands of steps
     pin_threads=False,      # the CNN's ops, not Python, fill the CPUs: measured faster unpinned
     repeat_action_probability=0.0,  # no sticky actions, like the ids the A3C figures come from
+    terminal_on_life_loss=True,  # DQN's training and rl-zoo's: Breakout's mean-100 at 12M frames 3.4 -> 5.6
 )
 
 # --- MuJoCo locomotion (gymnasium's MuJoCo envs, any version): tuned on seed 11 (HalfCheetah 11-17)

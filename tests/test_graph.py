@@ -488,7 +488,7 @@ def test_tensorflow_comes_without_keras_and_leaves_it_importable():
         assert name not in sys.modules, f"{name}: loaded, or still marked unimportable"
 
 
-# a valid value other than any preset's for each field config.unused_fields may name
+# a valid value other than the presets of the envs below for each field config.unused_fields may name
 OTHER_VALUE = dict(cnn="nature", trunk_activation="relu", repeat_action_probability=0.1,
                    atari_threads=2, sigma_from_state=True, initial_sigma=0.3,
                    final_sigma_scale=0.55, sigma_floor=0.05, actor_lr=0.123, critic_lr=0.123,
