@@ -305,7 +305,8 @@ def main(argv=None) -> int:
     table = report(args.runs, args.out, not args.no_save, scoreboard)
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "
-            f"ATARI: the small CNN on 42x42 frames, {WORKERS} workers x 8 games, no sticky actions), "
+            f"ATARI: the small CNN on 42x42 frames, {WORKERS} workers x 8 games, no sticky actions, a "
+            f"lost life the end of the learning return since 6d9e545: Pong has no lives), "
             f"on 2 cores, for 40M frames; Pong until its mean-100 reaches +{PONG_GOAL:g} "
             f"or {PONG_HOURS:g} hours if either comes first. Our scores are the mean of the "
             f"last 100 training games (mean-100) and the deterministic policy of the best "
