@@ -193,6 +193,9 @@ class Config:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or None (no limit), got {value}")
+        if self.workers > MAX_WORKERS:
+            raise ValueError(f"workers must be <= {MAX_WORKERS} (threads of one process; more "
+                             f"machines: --cluster), got {self.workers}")
         if self.max_episodes is None and self.max_steps is None:
             raise ValueError("set max_episodes or max_steps, or the run never ends")
         if not 0.0 < self.gamma <= 1.0:
@@ -377,6 +380,9 @@ def from_dict(values: dict) -> Config:
     return dataclasses.replace(Config(), **values)
 
 
+MAX_WORKERS = 1024  # worker threads in one process: each builds a net and opens its envs
+
+
 def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(Config)]
 
@@ -465,6 +471,8 @@ def parse_value(name: str, text: str):
         if "float" in kind:
             return float(text)
         if "tuple" in kind:
+            if text.lower() == "none":  # no layers
+                return ()
             return tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
     except ValueError:
         pass

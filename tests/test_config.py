@@ -125,3 +125,12 @@ def test_the_lookup_hands_out_copies():
     assert config.PRESETS["Pendulum-v1"]["gamma"] == gamma
     assert config.config_for("Pendulum-v1").gamma == gamma
     assert config.ATARI["n_steps"] != 1
+
+
+def test_a_layer_list_set_to_none_has_no_layers_as_its_refusal_says():
+    assert config.parse_value("lstm_input_hidden", "none") == ()
+    assert config.parse_value("lstm_input_hidden", "") == ()
+    assert config.parse_value("lstm_input_hidden", "200") == (200,)
+    cfg = config.Config(lstm_input_hidden=(0,))
+    with pytest.raises(ValueError, match=r"\(or none\)"):
+        cfg.validate()

@@ -288,6 +288,8 @@ def test_cli_refuses_unsupported_spaces_naming_env_and_space(env_id, words, caps
     (["--set", "gamma"], ["KEY=VALUE"]),
     (["--set", "gamma=1.5"], ["gamma must be in (0, 1]"]),
     (["--workers", "0"], ["workers must be >= 1"]),
+    (["--workers", "1000000"], ["workers must be <= 1024", "--cluster"]),  # (set-up would hang)
+    (["--set", "workers=1e20"], ["workers must be <= 1024"]),
     (["--max-steps", "-5"], ["--max-steps -5: must be >= 0"]),
     (["--max-episodes", "0", "--max-steps", "0"], ["never ends"]),
     (["--set", "max_episodes=0", "--set", "max_steps=none"], ["never ends"]),
