@@ -82,6 +82,9 @@ from remote import ChiefLink, ClusterLog, RemoteGlobal, resume_hint, start_clust
 # ---------------------------------------------------------------------------------------------
 
 
+UNROLLED_STEPS = 64
+
+
 def n_step_returns(rewards, next_values, terminated, ended, gamma):
     """Bootstrapped n-step returns of a [T, E] time-major rollout.
 
@@ -92,9 +95,18 @@ def n_step_returns(rewards, next_values, terminated, ended, gamma):
 
     R_t = r_t + gamma * (1 - terminated_t) * (V(s'_t) if step t ended or is the last, else R_t+1)
     so a time-limit cut bootstraps from V of the state it was cut in, exactly as the rollout's end.
-    T is static, so the recursion unrolls into T small ops (no while loop in the hot path).
+    T is static, so the recursion unrolls into T small ops (no while loop in the hot path); past
+    UNROLLED_STEPS a loop (tf.scan) keeps the graph small, which would otherwise take minutes to
+    build (n_steps 512: ~90 s on 2 cores).
     """
     steps = rewards.shape[0]
+    if steps > UNROLLED_STEPS:
+        def step_back(following, step):
+            reward, next_value, terminal, end = step
+            bootstrap = end * next_value + (1.0 - end) * following
+            return reward + gamma * (1.0 - terminal) * bootstrap
+        return tf.scan(step_back, (rewards, next_values, terminated, ended),
+                       initializer=next_values[steps - 1], reverse=True)
     rewards, next_values, terminated, ended = (
         tf.unstack(x, num=steps) for x in (rewards, next_values, terminated, ended))
     returns = [None] * steps

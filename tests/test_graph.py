@@ -70,6 +70,20 @@ def test_n_step_returns_keep_environments_apart():
     np.testing.assert_allclose(got, [[3.52, 1.0], [2.8, 6.4]], rtol=1e-6)
 
 
+@pytest.mark.parametrize("steps", [5, a3c.UNROLLED_STEPS + 1])
+def test_n_step_returns_match_a_plain_loop_unrolled_or_looped(steps):
+    rng = np.random.default_rng(steps)
+    rewards, next_values = rng.normal(size=(steps, 3)), rng.normal(size=(steps, 3))
+    ended = (rng.random((steps, 3)) < 0.2).astype(np.float32)
+    terminated = ended * (rng.random((steps, 3)) < 0.5)
+    expected, following = np.zeros((steps, 3)), next_values[-1]
+    for t in reversed(range(steps)):
+        bootstrap = np.where(ended[t] > 0, next_values[t], following)
+        expected[t] = following = rewards[t] + 0.9 * (1 - terminated[t]) * bootstrap
+    np.testing.assert_allclose(returns_of(rewards, next_values, terminated, ended, 0.9), expected,
+                               rtol=1e-5, atol=1e-5)
+
+
 def box_spec(low, high, obs_dim=4):
     low, high = np.array(low, np.float32), np.array(high, np.float32)
     return environments.EnvSpec("test", obs_dim, False, len(low), low, high)
