@@ -99,22 +99,20 @@ def n_step_returns(rewards, next_values, terminated, ended, gamma):
     UNROLLED_STEPS a loop (tf.scan) keeps the graph small, which would otherwise take minutes to
     build (n_steps 512: ~90 s on 2 cores).
     """
+    def step_back(following, step):  # R_t from R_t+1 (following) and step t's tensors
+        reward, next_value, terminal, end = step
+        bootstrap = end * next_value + (1.0 - end) * following
+        return reward + gamma * (1.0 - terminal) * bootstrap
+
     steps = rewards.shape[0]
     if steps > UNROLLED_STEPS:
-        def step_back(following, step):
-            reward, next_value, terminal, end = step
-            bootstrap = end * next_value + (1.0 - end) * following
-            return reward + gamma * (1.0 - terminal) * bootstrap
         return tf.scan(step_back, (rewards, next_values, terminated, ended),
                        initializer=next_values[steps - 1], reverse=True)
-    rewards, next_values, terminated, ended = (
-        tf.unstack(x, num=steps) for x in (rewards, next_values, terminated, ended))
+    per_step = list(zip(*(tf.unstack(x, num=steps) for x in (rewards, next_values, terminated, ended))))
     returns = [None] * steps
-    following = next_values[steps - 1]
+    following = per_step[-1][1]  # V(s') of the rollout's last step
     for t in reversed(range(steps)):
-        bootstrap = ended[t] * next_values[t] + (1.0 - ended[t]) * following
-        returns[t] = rewards[t] + gamma * (1.0 - terminated[t]) * bootstrap
-        following = returns[t]
+        returns[t] = following = step_back(following, per_step[t])
     return tf.stack(returns)
 
 
@@ -444,10 +442,10 @@ class Worker:
             self.next_obs[t] = next_obs
             learning_rewards = raw_rewards if clip is None else np.clip(raw_rewards, -clip, clip)
             self.rewards[t] = (learning_rewards + shift) * scale
-            self.terminated[t] = terminated
+            # a lost life (terminal_on_life_loss) ends the return; the game, its record and LSTM state go on
+            self.terminated[t] = (np.logical_or(terminated, self.envs.life_lost)
+                                  if self.life_loss_ends_return else terminated)
             self.ended[t] = np.logical_or(terminated, truncated)
-            if self.life_loss_ends_return:  # ends the return; the game, its record and LSTM state go on
-                self.terminated[t] = np.logical_or(terminated, self.envs.life_lost)
             self.episode_return += raw_rewards
             self.episode_length += 1
             self.obs[:] = self.next_obs[t]

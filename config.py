@@ -100,8 +100,8 @@ class Config:
     """Atari "sticky actions": the chance the emulator repeats the previous action instead (0.25:
     what ALE/...-v5 ids mean, Machado et al. 2018; the old ids of the A3C figures: 0.0)."""
     terminal_on_life_loss: bool = False
-    """Atari, training only: a lost life ends the n-step return there (bootstrap 0), as DQN and
-    A3C trained, while the game, its score and its record go on to its last life. Games without
+    """Atari, training only: a lost life ends the n-step return there (bootstrap 0), as DQN
+    trained, while the game, its score and its record go on to its last life. Games without
     lives (Pong) are unchanged."""
     use_lstm: bool = False
     """An LSTM of lstm_units cells after the trunk (the A3C paper's "A3C LSTM"), for tasks whose
