@@ -16,13 +16,16 @@ frames, the frames and hours at which the mean-100 first reached 0 and +18, and 
 eval of the best checkpoint over 10 games (what `a3c.py --eval RUN --episodes 10` plays), beside
 the anchors; one curve per game (mean-100 against frames and against wall hours) and a GIF of
 each game's best agent (its first seconds, the colour screen). Writes results/atari.md,
-results/atari_<game>.png and .gif unless --no-save.
+results/atari_<game>.png and .gif unless --no-save, and keeps each run's row and curve in
+results/atari_runs.json: a row whose run folder is not under RUNS (it trained on another machine,
+or in an earlier session whose files are gone) is carried from there, and the table says so.
 """
 from __future__ import annotations
 
 import argparse
 import glob
 import io
+import json
 import os
 import signal
 import subprocess
@@ -46,6 +49,8 @@ SCOREBOARD = [("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS)) for seed in (1, 2, 
 WORKERS = 8
 MILESTONES = (10e6, 20e6, 40e6)  # frames
 EVAL_GAMES = 10
+CURVE_POINTS = 400  # per run, in the records: enough for a smooth curve
+RECORDS = "atari_runs.json"  # beside atari.md: each run's row and curve, kept across machines
 GIF_STEPS = 450  # 30 seconds of play at the console's pace
 # Published scores at 10M agent steps (40M frames), each with its protocol:
 # rl-baselines3-zoo's benchmark (mean return of the final model's evaluation episodes, its
@@ -195,49 +200,99 @@ def cell(value, spec="{:,.1f}"):
     return "—" if value is None else spec.format(value)
 
 
+def load_records(out: str) -> dict:
+    """The rows and curves `report` kept in out/RECORDS, by "game seed": a run folder does not
+    outlive the machine it trained on, the scoreboard must."""
+    path = os.path.join(out, RECORDS)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def curve_of(rows: dict, points: int = CURVE_POINTS) -> dict:
+    """The mean-100 curve of a run, thinned to about `points` games for the records."""
+    full = np.flatnonzero(np.arange(len(rows["episode"])) >= runlog.RUNNING_WINDOW - 1)
+    kept = full[np.unique(np.linspace(0, len(full) - 1, min(points, len(full))).astype(int))] \
+        if len(full) else full
+    return {"frames": [int(rows["env_steps"][i]) * FRAME_SKIP for i in kept],
+            "hours": [round(float(rows["wall_s"][i]) / 3600, 4) for i in kept],
+            "mean_100": [round(float(rows["running_return"][i]), 2) for i in kept]}
+
+
+def record_of(folder: str, game: str, seed: int, gif) -> dict | None:
+    """One run's row cells (after game and seed) and its curve; None before its first game."""
+    done = progress(folder)
+    rows = done["rows"]
+    if rows is None or not len(rows["episode"]):
+        return None
+    try:
+        score = evaluate_best(folder, gif)
+    except UsageError as exc:
+        score = f"none: {exc}"
+    reach = ["—" if game != "ALE/Pong-v5" else "never" if hit is None else
+             f"{hit[0] / 1e6:.1f}M, {hit[1]:.2f} h"
+             for hit in (reached(rows, level) for level in (0.0, PONG_GOAL))]
+    cells = ([f"{done['frames'] / 1e6:.1f}M", f"{done['hours']:.2f}",
+              f"{rows['env_steps'][-1] * FRAME_SKIP / max(rows['wall_s'][-1], 1e-9):,.0f}"]
+             + [cell(mean_100_at(rows, m, done["frames"])) for m in MILESTONES]
+             + [cell(None if np.isnan(done["mean_100"]) else done["mean_100"])] + reach + [score])
+    return {"run": os.path.basename(folder), "cells": cells, "curve": curve_of(rows),
+            "gif": gif is not None}
+
+
 def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
+    """The table of the scoreboard's runs: measured from the run folders under runs where they
+    are, else carried from the records an earlier report kept in out (and said so)."""
     lines = ["| game | seed | frames | wall h | frames/s | mean-100 at 10M | 20M | 40M | "
              "final mean-100 | Pong: mean-100 0 reached at (frames, h) | +18 reached at | "
              f"eval of the best ({EVAL_GAMES} games) | anchors at 40M frames |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    curves, gifs = {}, set()
+    records = load_records(out)
+    shown, carried = {}, []
     for game, seed, _ in scoreboard:
+        key = f"{game} {seed}"
         folder = run_folder(runs, game, seed)
-        if folder is None:
+        if folder is not None:
+            first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
+            gif = os.path.join(out, f"atari_{short_name(game)}.gif") \
+                if save and seed == first_seed else None
+            record = record_of(folder, game, seed, gif)
+            if record is None:
+                lines.append(f"| {game} | {seed} | no game finished yet | | | | | | | | | | |")
+                continue
+            records[key] = record
+        elif key in records:
+            record = records[key]
+            carried.append(f"{short_name(game)} seed {seed}")
+        else:
             lines.append(f"| {game} | {seed} | not run | | | | | | | | | | |")
             continue
-        done = progress(folder)
-        rows = done["rows"]
-        if rows is None or not len(rows["episode"]):
-            lines.append(f"| {game} | {seed} | no game finished yet | | | | | | | | | | |")
-            continue
-        curves.setdefault(game, []).append((seed, rows))
-        gif = os.path.join(out, f"atari_{short_name(game)}.gif") if save else None
-        first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
-        try:
-            score = evaluate_best(folder, gif if seed == first_seed else None)
-            if gif is not None and seed == first_seed:
-                gifs.add(game)
-        except UsageError as exc:
-            score = f"none: {exc}"
-        reach = ["—" if game != "ALE/Pong-v5" else "never" if hit is None else
-                 f"{hit[0] / 1e6:.1f}M, {hit[1]:.2f} h"
-                 for hit in (reached(rows, level) for level in (0.0, PONG_GOAL))]
+        shown.setdefault(game, []).append((seed, record))
         anchors = ", ".join(f"{name} {value:g}" for name, value in ANCHORS[game].items())
-        lines.append(
-            f"| {game} | {seed} | {done['frames'] / 1e6:.1f}M | {done['hours']:.2f} | "
-            f"{rows['env_steps'][-1] * FRAME_SKIP / max(rows['wall_s'][-1], 1e-9):,.0f} | "
-            + " | ".join(cell(mean_100_at(rows, m, done["frames"])) for m in MILESTONES)
-            + f" | {cell(None if np.isnan(done['mean_100']) else done['mean_100'])} | "
-            + " | ".join(reach) + f" | {score} | {anchors} |")
+        lines.append(f"| {game} | {seed} | " + " | ".join(record["cells"]) + f" | {anchors} |")
         print(lines[-1], file=sys.stderr, flush=True)  # progress: the document goes to stdout
     text = "\n".join(lines)
-    if save:
-        for game, runs_of_game in curves.items():
-            plot(game, runs_of_game, os.path.join(out, f"atari_{short_name(game)}.png"))
-    pictures = [f"![{game}: mean-100 against frames and hours](atari_{short_name(game)}.png)"
-                + (f" ![{game}: the best agent's first seconds](atari_{short_name(game)}.gif)"
-                   if game in gifs else "") for game in curves if save]
+    if carried:
+        text += (f"\n\nRows not under `--runs` and carried from {RECORDS} (kept by an earlier "
+                 f"report from their run folders): {', '.join(carried)}.")
+    if not save:
+        return text
+    with open(os.path.join(out, RECORDS), "w") as f:
+        json.dump(records, f, indent=1, ensure_ascii=False)
+    pictures = []
+    for game, shown_runs in shown.items():
+        png = f"atari_{short_name(game)}.png"
+        if all(record["curve"] is not None for _, record in shown_runs):
+            plot(game, [(seed, record["curve"]) for seed, record in shown_runs],
+                 os.path.join(out, png))
+        # (else an earlier report's picture stays: records kept before curves were have none)
+        if os.path.exists(os.path.join(out, png)):
+            pictures.append(f"![{game}: mean-100 against frames and hours]({png})")
+        if any(record["gif"] for _, record in shown_runs) and \
+                os.path.exists(os.path.join(out, png[:-4] + ".gif")):
+            pictures[-1:] = [" ".join(pictures[-1:] + [
+                f"![{game}: the best agent's first seconds]({png[:-4]}.gif)"])]
     return text + "\n\n" + "\n\n".join(pictures) if pictures else text
 
 
@@ -246,20 +301,18 @@ def plot(game: str, runs_of_game: list, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (by_frames, by_hours) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for seed, rows in runs_of_game:
-        full = np.arange(len(rows["episode"])) >= runlog.RUNNING_WINDOW - 1
-        by_frames.plot(rows["env_steps"][full] * FRAME_SKIP / 1e6, rows["running_return"][full],
-                       label=f"seed {seed}")
-        by_hours.plot(rows["wall_s"][full] / 3600, rows["running_return"][full], label=f"seed {seed}")
-    for name, value in ANCHORS[game].items():
-        by_frames.axhline(value, linestyle="--", linewidth=0.8, color="grey")
-        by_frames.annotate(f"{name} at 40M", (0, value), fontsize=7, color="grey",
-                           textcoords="offset points", xytext=(2, 2))
+    for seed, curve in runs_of_game:
+        by_frames.plot(np.asarray(curve["frames"]) / 1e6, curve["mean_100"], label=f"seed {seed}")
+        by_hours.plot(curve["hours"], curve["mean_100"], label=f"seed {seed}")
+    for (name, value), style in zip(ANCHORS[game].items(), ("--", ":", "-.")):
+        by_frames.axhline(value, linestyle=style, linewidth=0.8, color="grey",
+                          label=f"{name} at 40M frames")  # (the legend: close values overlap)
     by_frames.set_xlabel("frames (millions)")
     by_hours.set_xlabel("wall hours on 2 cores")
     by_frames.set_ylabel("mean of the last 100 games")
     for ax in (by_frames, by_hours):
         ax.grid(alpha=0.3)
+    by_frames.legend(loc="lower right", fontsize=7)
     by_hours.legend(loc="lower right")
     fig.suptitle(f"A3C on {game}, the Atari preset, {WORKERS} workers", fontsize=10)
     fig.tight_layout()

@@ -432,6 +432,18 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
         assert gif.size == (160, 210)
     assert (results / "atari_Pong.png").stat().st_size > 0
 
+    # the run folder gone (another machine, a session's end): its row and curve are carried
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    (results / "atari_Pong.png").unlink()
+    assert atari_scoreboard.main(["report", "--runs", str(gone), "--out", str(results)]) == 0
+    carried = (results / "atari.md").read_text()
+    assert [line for line in carried.splitlines() if line.startswith("| ALE/Pong-v5 | 1 |")] \
+        == rows[:1]
+    assert "carried from atari_runs.json" in carried and "Pong seed 1" in carried
+    assert (results / "atari_Pong.png").stat().st_size > 0, "drawn again from the kept curve"
+    assert "](atari_Pong.gif)" in carried
+
 
 def write_run_folder(folder, env_id, **fields):
     """A run folder holding only the config.json a3c.py would write for env_id."""
