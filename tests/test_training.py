@@ -6,6 +6,7 @@ import io
 import json
 import os
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -271,6 +272,13 @@ def test_cli_refuses_a_results_dir_it_cannot_write_before_it_starts(capsys, tmp_
 
 def test_cli_refuses_an_unknown_environment(capsys, tmp_path):
     assert_refused(["--env", "NoSuchEnv-v9"], capsys, tmp_path, "NoSuchEnv-v9", "pprint_registry")
+
+
+def test_cli_refuses_a_retired_version_in_one_line_without_gymnasiums_warning(capsys, tmp_path):
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert_refused(["--env", "Taxi-v3"], capsys, tmp_path, "Taxi-v3", "Taxi-v4")
+    assert not [warning for warning in said if "out of date" in str(warning.message)]
 
 
 @pytest.mark.parametrize("env_id, words", [
