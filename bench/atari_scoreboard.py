@@ -138,21 +138,27 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
             stopped = True
             child.send_signal(signal.SIGTERM)
 
+    def wait_saved():  # a run told to stop is saving: a second signal must not abandon it
+        while True:
+            try:
+                return child.wait()
+            except (Terminated, KeyboardInterrupt):
+                stop_child()
+
     try:
-        try:
-            while child.poll() is None:
-                time.sleep(10)
-                current = run_folder(runs, game, seed)
-                if current is not None and stop_reached(current, stop):
-                    stop_child()
-                    child.wait()
-        except Terminated:  # pass it on, once, and let the run save
-            stop_child()
-            child.wait()
-            raise SystemExit(f"{game} seed {seed}: terminated; `run` again continues it")
+        while child.poll() is None:
+            time.sleep(10)
+            current = run_folder(runs, game, seed)
+            if current is not None and stop_reached(current, stop):
+                stop_child()
+                wait_saved()
+    except Terminated:  # pass it on, once, and let the run save
+        stop_child()
+        wait_saved()
+        raise SystemExit(f"{game} seed {seed}: terminated; `run` again continues it")
     except KeyboardInterrupt:  # the child got the Ctrl-C too: let it save and stop
-        child.wait()
-        raise
+        wait_saved()
+        raise SystemExit(f"{game} seed {seed}: stopped by Ctrl-C; `run` again continues it")
     if child.returncode not in (0, 130):
         raise SystemExit(f"{game} seed {seed}: a3c.py ended with status {child.returncode}")
 

@@ -716,3 +716,32 @@ def test_a_run_that_reached_its_stop_stays_finished_though_its_last_games_fell_b
     assert atari_scoreboard.stop_reached(str(tmp_path), (18.0, 2.0))
     assert not atari_scoreboard.stop_reached(str(tmp_path), (18.5, 2.0))
     assert atari_scoreboard.stop_reached(str(tmp_path), (18.5, 152 / 3600))  # (its hours)
+
+
+def test_the_scoreboard_stopped_by_ctrl_c_then_sigterm_lets_its_run_save_and_says_so(tmp_path):
+    """A user's Ctrl-C (to the terminal's whole process group) and a session's SIGTERM right
+    after it: one line that says how to go on, no traceback, and the run saved."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    scoreboard = subprocess.Popen(
+        [sys.executable, atari_scoreboard.__file__, "run", "--runs", str(tmp_path), "--games", PONG],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(str(tmp_path / "ALE_Pong-v5" / "*" / "episodes.csv")):
+            assert scoreboard.poll() is None and time.monotonic() < deadline, "no run started"
+            time.sleep(0.5)
+        time.sleep(3)  # (its workers are playing)
+        os.killpg(scoreboard.pid, signal.SIGINT)
+        time.sleep(0.2)
+        scoreboard.send_signal(signal.SIGTERM)
+        out, err = scoreboard.communicate(timeout=120)
+    finally:
+        if scoreboard.poll() is None:
+            os.killpg(scoreboard.pid, signal.SIGKILL)
+    assert "Traceback" not in err, err
+    assert scoreboard.returncode == 1 and "`run` again continues it" in err.splitlines()[-1]
+    run_dir = atari_scoreboard.run_folder(str(tmp_path), PONG, 1)
+    assert glob.glob(os.path.join(run_dir, "checkpoints", "model-*.index")), "saved at the stop"
