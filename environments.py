@@ -161,17 +161,20 @@ def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     if is_mujoco(env_id):
         quiet_mujoco_warnings()
-    # gymnasium warns of a retired version (Taxi-v3) and then refuses it: the refusal says it all,
-    # so its warnings are passed on only when the env is made
-    with warnings.catch_warnings(record=True) as said:
-        try:
-            env = gym.make(env_id, **kwargs)
-        except Exception as exc:  # gymnasium raises several types for unknown or broken ids
-            raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
-                             f"(gymnasium.pprint_registry() lists the known ids)") from exc
-    for warning in said:
-        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    return env
+    if env_id not in gym.registry:  # unknown, retired (Taxi-v3), unversioned or "module:name"
+        # gymnasium warns that a retired version is out of date and then refuses it: our one-line
+        # refusal says it all. (Only here: catch_warnings resets every warning's "once".)
+        with warnings.catch_warnings(record=True):
+            try:
+                gym.spec(env_id)
+            except Exception as exc:  # gymnasium raises several types for unknown ids
+                raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
+                                 f"(gymnasium.pprint_registry() lists the known ids)") from exc
+    try:
+        return gym.make(env_id, **kwargs)
+    except Exception as exc:  # or for broken ones
+        raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
+                         f"(gymnasium.pprint_registry() lists the known ids)") from exc
 
 
 # MuJoCo 3.3+ warns that gymnasium's own model files use a deprecated attribute, once for every

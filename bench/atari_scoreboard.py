@@ -8,8 +8,8 @@ published anchors at equal frames.
 a time: each for the preset's 40M frames, Pong until the mean of the last 100 games reaches +18
 or 2 hours of training if either comes first (it stops such a run as Ctrl-C does: the checkpoint
 is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a session's end) is continued with
-`a3c.py --resume` the next time, so the scoreboard carries across sessions; a finished one is
-left alone.
+`a3c.py --resume` the next time its folder is there; a finished one is left alone, and so is
+one whose finished row `report` kept in results/atari_runs.json.
 
 `report` reads the run folders: frames, wall hours, frames/s, the mean-100 at 10M, 20M and 40M
 frames, the frames and hours at which the mean-100 first reached 0 and +18, and the deterministic
@@ -108,6 +108,9 @@ def finished(folder: str, stop) -> bool:
     return stop_reached(folder, stop) or progress(folder)["frames"] >= cfg.max_steps * FRAME_SKIP
 
 
+INTERRUPTED = 130  # the exit status of a scoreboard stopped by Ctrl-C or SIGTERM (as a shell's)
+
+
 class Terminated(Exception):
     """SIGTERM reached the scoreboard (a session's end, a kill): its run is stopped as by Ctrl-C."""
 
@@ -138,12 +141,23 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
             stopped = True
             child.send_signal(signal.SIGTERM)
 
-    def wait_saved():  # a run told to stop is saving: a second signal must not abandon it
+    def wait_saved():
+        """Wait for a run told to stop while it saves. A second signal is not passed on (a3c.py
+        would take it as "stop at once" and skip the save); it is said once the run is saved."""
+        signalled = None
         while True:
             try:
-                return child.wait()
-            except (Terminated, KeyboardInterrupt):
-                stop_child()
+                child.wait()
+                return signalled
+            except Terminated:
+                signalled = "terminated"
+            except KeyboardInterrupt:
+                signalled = "stopped by Ctrl-C"
+
+    def interrupted(why: str):
+        print(f"{game} seed {seed}: {why}; `run` again continues the scoreboard", file=sys.stderr,
+              flush=True)
+        return SystemExit(INTERRUPTED)
 
     try:
         while child.poll() is None:
@@ -151,14 +165,17 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
             current = run_folder(runs, game, seed)
             if current is not None and stop_reached(current, stop):
                 stop_child()
-                wait_saved()
+                why = wait_saved()
+                if why is not None:
+                    raise interrupted(why)
     except Terminated:  # pass it on, once, and let the run save
         stop_child()
         wait_saved()
-        raise SystemExit(f"{game} seed {seed}: terminated; `run` again continues it")
-    except KeyboardInterrupt:  # the child got the Ctrl-C too: let it save and stop
+        raise interrupted("terminated") from None
+    except KeyboardInterrupt:  # the child got the Ctrl-C too (unless only we were sent it): the
+        stop_child()          # SIGTERM within a3c.py's SAME_STOP_S of it is the same stop
         wait_saved()
-        raise SystemExit(f"{game} seed {seed}: stopped by Ctrl-C; `run` again continues it")
+        raise interrupted("stopped by Ctrl-C") from None
     if child.returncode not in (0, 130):
         raise SystemExit(f"{game} seed {seed}: a3c.py ended with status {child.returncode}")
 
@@ -180,9 +197,9 @@ def mean_100_at(rows: dict, frames: float, frames_done: int):
     return float(rows["running_return"][np.searchsorted(steps, frames, side="right") - 1])
 
 
-def evaluate_best(folder: str, gif_path) -> str:
+def evaluate_best(folder: str, gif_path) -> tuple[str, bool]:
     """The eval of a run's best checkpoint (or of its latest, where it has none: said so), and
-    the first seconds of its first game as a GIF at gif_path."""
+    whether the first seconds of its first game went to gif_path as a GIF."""
     import a3c
     result = a3c.evaluate(folder, episodes=EVAL_GAMES, record=gif_path is not None,
                           out=io.StringIO())
@@ -199,7 +216,8 @@ def evaluate_best(folder: str, gif_path) -> str:
         frames[0].save(gif_path, save_all=True, append_images=frames[1:], duration=durations,
                        loop=0)
     best = os.path.basename(os.path.dirname(result["checkpoint"])) == "best"
-    return cell(result["mean"]) + ("" if best else " (latest checkpoint: no best yet)")
+    return (cell(result["mean"]) + ("" if best else " (latest checkpoint: no best yet)"),
+            gif_path is not None and "animation" in result)
 
 
 def cell(value, spec="{:,.1f}"):
@@ -226,16 +244,17 @@ def curve_of(rows: dict, points: int = CURVE_POINTS) -> dict:
             "mean_100": [round(float(rows["running_return"][i]), 2) for i in kept]}
 
 
-def record_of(folder: str, game: str, seed: int, gif) -> dict | None:
-    """One run's row cells (after game and seed) and its curve; None before its first game."""
+def record_of(folder: str, game: str, seed: int, stop, gif) -> dict | None:
+    """One run's row cells (after game and seed), its curve, whether it is finished and whether
+    its GIF was written; None before its first game."""
     done = progress(folder)
     rows = done["rows"]
     if rows is None or not len(rows["episode"]):
         return None
     try:
-        score = evaluate_best(folder, gif)
+        score, gif_written = evaluate_best(folder, gif)
     except UsageError as exc:
-        score = f"none: {exc}"
+        score, gif_written = f"none: {exc}", False
     reach = ["—" if game != "ALE/Pong-v5" else "never" if hit is None else
              f"{hit[0] / 1e6:.1f}M, {hit[1]:.2f} h"
              for hit in (reached(rows, level) for level in (0.0, PONG_GOAL))]
@@ -244,7 +263,7 @@ def record_of(folder: str, game: str, seed: int, gif) -> dict | None:
              + [cell(mean_100_at(rows, m, done["frames"])) for m in MILESTONES]
              + [cell(None if np.isnan(done["mean_100"]) else done["mean_100"])] + reach + [score])
     return {"run": os.path.basename(folder), "cells": cells, "curve": curve_of(rows),
-            "gif": gif is not None}
+            "finished": finished(folder, stop), "gif": gif_written}
 
 
 def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
@@ -256,20 +275,26 @@ def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     records = load_records(out)
     shown, carried = {}, []
-    for game, seed, _ in scoreboard:
+    for game, seed, stop in scoreboard:
         key = f"{game} {seed}"
         folder = run_folder(runs, game, seed)
+        kept = records.get(key)
+        if folder is not None and kept is not None and kept["run"] is not None and \
+                os.path.basename(folder) < kept["run"]:  # (run folders are named by their start)
+            print(f"{game} seed {seed}: {folder} started before the run kept in {RECORDS} "
+                  f"({kept['run']}): the kept row stays", file=sys.stderr, flush=True)
+            folder = None
         if folder is not None:
             first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
             gif = os.path.join(out, f"atari_{short_name(game)}.gif") \
                 if save and seed == first_seed else None
-            record = record_of(folder, game, seed, gif)
+            record = record_of(folder, game, seed, stop, gif)
             if record is None:
                 lines.append(f"| {game} | {seed} | no game finished yet | | | | | | | | | | |")
                 continue
             records[key] = record
-        elif key in records:
-            record = records[key]
+        elif kept is not None:
+            record = kept
             carried.append(f"{short_name(game)} seed {seed}")
         else:
             lines.append(f"| {game} | {seed} | not run | | | | | | | | | | |")
@@ -280,29 +305,31 @@ def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
         print(lines[-1], file=sys.stderr, flush=True)  # progress: the document goes to stdout
     text = "\n".join(lines)
     if carried:
-        text += (f"\n\nRows not under `--runs` and carried from {RECORDS} (kept by an earlier "
-                 f"report from their run folders): {', '.join(carried)}.")
+        text += (f"\n\nRows whose run folders are not under `--runs`, carried from {RECORDS}: "
+                 f"{', '.join(carried)}.")
     if not save:
         return text
-    with open(os.path.join(out, RECORDS), "w") as f:
+    with open(os.path.join(out, RECORDS + ".part"), "w") as f:  # (a cut write keeps the old)
         json.dump(records, f, indent=1, ensure_ascii=False)
+    os.replace(os.path.join(out, RECORDS + ".part"), os.path.join(out, RECORDS))
     pictures = []
     for game, shown_runs in shown.items():
         png = f"atari_{short_name(game)}.png"
-        if all(record["curve"] is not None for _, record in shown_runs):
-            plot(game, [(seed, record["curve"]) for seed, record in shown_runs],
-                 os.path.join(out, png))
-        # (else an earlier report's picture stays: records kept before curves were have none)
+        curves = [(seed, record["curve"]) for seed, record in shown_runs if record["curve"]]
+        if curves:
+            plot(game, curves, os.path.join(out, png),
+                 [seed for seed, record in shown_runs if not record["curve"]])
+        # (else an earlier report's picture of these very runs stays: records kept before the
+        # curves were have none)
         if os.path.exists(os.path.join(out, png)):
             pictures.append(f"![{game}: mean-100 against frames and hours]({png})")
-        if any(record["gif"] for _, record in shown_runs) and \
-                os.path.exists(os.path.join(out, png[:-4] + ".gif")):
-            pictures[-1:] = [" ".join(pictures[-1:] + [
-                f"![{game}: the best agent's first seconds]({png[:-4]}.gif)"])]
+            if any(record["gif"] for _, record in shown_runs) and \
+                    os.path.exists(os.path.join(out, png[:-4] + ".gif")):
+                pictures[-1] += f" ![{game}: the best agent's first seconds]({png[:-4]}.gif)"
     return text + "\n\n" + "\n\n".join(pictures) if pictures else text
 
 
-def plot(game: str, runs_of_game: list, path: str) -> None:
+def plot(game: str, runs_of_game: list, path: str, without_curve=()) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -320,7 +347,9 @@ def plot(game: str, runs_of_game: list, path: str) -> None:
         ax.grid(alpha=0.3)
     by_frames.legend(loc="lower right", fontsize=7)
     by_hours.legend(loc="lower right")
-    fig.suptitle(f"A3C on {game}, the Atari preset, {WORKERS} workers", fontsize=10)
+    fig.suptitle(f"A3C on {game}, the Atari preset, {WORKERS} workers" + (
+        f" (seeds {', '.join(map(str, without_curve))}: no curve kept)" if without_curve else ""),
+        fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -337,7 +366,8 @@ def main(argv=None) -> int:
     parser.add_argument("--games", nargs="+", help="only these games (default: every game of "
                         "the scoreboard); report: with --no-save only")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"),
-                        help="report: where atari.md and its pictures go (default: results/)")
+                        help="where atari.md, its pictures and the kept rows (atari_runs.json) "
+                        "go; `run` skips a finished run kept there (default: results/)")
     parser.add_argument("--no-save", action="store_true", help="report: print, write nothing")
     args = parser.parse_args(argv)
     if args.what == "report" and not os.path.isdir(args.runs):
@@ -358,7 +388,12 @@ def main(argv=None) -> int:
     scoreboard = [entry for entry in SCOREBOARD if not args.games or entry[0] in args.games]
     if args.what == "run":
         signal.signal(signal.SIGTERM, on_sigterm)
+        records = load_records(args.out)
         for game, seed, stop in scoreboard:
+            if run_folder(args.runs, game, seed) is None and \
+                    records.get(f"{game} {seed}", {}).get("finished"):
+                print(f"{game} seed {seed}: finished (its row is kept in {RECORDS})", flush=True)
+                continue
             train(args.runs, game, seed, stop)
         return 0
     table = report(args.runs, args.out, not args.no_save, scoreboard)

@@ -432,17 +432,30 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
         assert gif.size == (160, 210)
     assert (results / "atari_Pong.png").stat().st_size > 0
 
-    # the run folder gone (another machine, a session's end): its row and curve are carried
+    # the run folder gone (another machine, a session's end): its row and curve are carried,
+    # over a folder that started before it too
     gone = tmp_path / "gone"
-    gone.mkdir()
+    (gone / "ALE_Pong-v5" / "20000101T000000Z-s1").mkdir(parents=True)
     (results / "atari_Pong.png").unlink()
+    capsys.readouterr()
     assert atari_scoreboard.main(["report", "--runs", str(gone), "--out", str(results)]) == 0
+    assert "started before the run kept" in capsys.readouterr().err
     carried = (results / "atari.md").read_text()
     assert [line for line in carried.splitlines() if line.startswith("| ALE/Pong-v5 | 1 |")] \
         == rows[:1]
-    assert "carried from atari_runs.json" in carried and "Pong seed 1" in carried
+    assert "carried from atari_runs.json: Pong seed 1." in carried
     assert (results / "atari_Pong.png").stat().st_size > 0, "drawn again from the kept curve"
     assert "](atari_Pong.gif)" in carried
+    # and `run` does not train again what a kept row says is finished
+    kept = json.loads((results / "atari_runs.json").read_text())
+    assert kept[f"{PONG} 1"]["finished"] and kept[f"{PONG} 1"]["gif"]
+    for seed in (2, 3):
+        kept[f"{PONG} {seed}"] = kept[f"{PONG} 1"]
+    (results / "atari_runs.json").write_text(json.dumps(kept))
+    assert atari_scoreboard.main(["run", "--runs", str(tmp_path / "elsewhere"), "--games", PONG,
+                                  "--out", str(results)]) == 0
+    assert capsys.readouterr().out.count("finished (its row is kept in atari_runs.json)") == 3
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def write_run_folder(folder, env_id, **fields):
@@ -726,7 +739,8 @@ def test_the_scoreboard_stopped_by_ctrl_c_then_sigterm_lets_its_run_save_and_say
     import sys
     import time
     scoreboard = subprocess.Popen(
-        [sys.executable, atari_scoreboard.__file__, "run", "--runs", str(tmp_path), "--games", PONG],
+        [sys.executable, atari_scoreboard.__file__, "run", "--runs", str(tmp_path), "--games", PONG,
+         "--out", str(tmp_path)],  # (results/ keeps Pong seed 1 as finished)
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
@@ -735,13 +749,16 @@ def test_the_scoreboard_stopped_by_ctrl_c_then_sigterm_lets_its_run_save_and_say
             time.sleep(0.5)
         time.sleep(3)  # (its workers are playing)
         os.killpg(scoreboard.pid, signal.SIGINT)
-        time.sleep(0.2)
+        time.sleep(1)  # (a second signal to a3c.py past its SAME_STOP_S would skip the save)
         scoreboard.send_signal(signal.SIGTERM)
         out, err = scoreboard.communicate(timeout=120)
     finally:
-        if scoreboard.poll() is None:
+        try:  # (a run left behind would train for hours)
             os.killpg(scoreboard.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     assert "Traceback" not in err, err
-    assert scoreboard.returncode == 1 and "`run` again continues it" in err.splitlines()[-1]
+    assert scoreboard.returncode == 130, err
+    assert "stopped by Ctrl-C; `run` again continues the scoreboard" in err.splitlines()[-1]
     run_dir = atari_scoreboard.run_folder(str(tmp_path), PONG, 1)
     assert glob.glob(os.path.join(run_dir, "checkpoints", "model-*.index")), "saved at the stop"

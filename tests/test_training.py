@@ -281,6 +281,16 @@ def test_cli_refuses_a_retired_version_in_one_line_without_gymnasiums_warning(ca
     assert not [warning for warning in said if "out of date" in str(warning.message)]
 
 
+def test_an_env_made_many_times_warns_once_as_python_does():
+    """32 envs of one id (8 workers x 4) must not repeat its warnings 32 times."""
+    from environments import make_env
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            make_env("CartPole-v0", config_module.config_for("CartPole-v0")).close()
+    assert len([warning for warning in said if "out of date" in str(warning.message)]) == 1
+
+
 @pytest.mark.parametrize("env_id, words", [
     ("A3CTest/MultiDiscrete-v0", ["MultiDiscrete", "action space"]),
     ("A3CTest/Image-v0", ["image observations", "(84, 84, 3)"]),
