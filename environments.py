@@ -161,20 +161,30 @@ def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     if is_mujoco(env_id):
         quiet_mujoco_warnings()
-    if env_id not in gym.registry:  # unknown, retired (Taxi-v3), unversioned or "module:name"
-        # gymnasium warns that a retired version is out of date and then refuses it: our one-line
-        # refusal says it all. (Only here: catch_warnings resets every warning's "once".)
-        with warnings.catch_warnings(record=True):
-            try:
-                gym.spec(env_id)
-            except Exception as exc:  # gymnasium raises several types for unknown ids
-                raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
-                                 f"(gymnasium.pprint_registry() lists the known ids)") from exc
-    try:
-        return gym.make(env_id, **kwargs)
-    except Exception as exc:  # or for broken ones
-        raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
-                         f"(gymnasium.pprint_registry() lists the known ids)") from exc
+    if env_id in gym.registry:
+        try:
+            return gym.make(env_id, **kwargs)
+        except Exception as exc:  # gymnasium raises several types for broken envs
+            raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)}") from exc
+    # Unknown, retired (Taxi-v3), unversioned ("CartPole") or "module:Name-v0": gymnasium may warn
+    # (a retired version is "out of date") and then refuse, and our one-line refusal says it
+    # all; the warnings of an env it makes are passed on, each once (catch_warnings resets every
+    # warning's "once", so it is used only here)
+    with warnings.catch_warnings(record=True) as said:
+        try:
+            env = gym.make(env_id, **kwargs)
+        except Exception as exc:
+            raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
+                             f"(gymnasium.pprint_registry() lists the known ids)") from exc
+    for warning in said:
+        if (str(warning.message), warning.category) not in WARNINGS_PASSED_ON:
+            WARNINGS_PASSED_ON.add((str(warning.message), warning.category))
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+    return env
+
+
+WARNINGS_PASSED_ON = set()
 
 
 # MuJoCo 3.3+ warns that gymnasium's own model files use a deprecated attribute, once for every

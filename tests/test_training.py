@@ -281,6 +281,22 @@ def test_cli_refuses_a_retired_version_in_one_line_without_gymnasiums_warning(ca
     assert not [warning for warning in said if "out of date" in str(warning.message)]
 
 
+def test_unversioned_and_module_ids_are_made_as_gymnasium_makes_them(tmp_path, monkeypatch):
+    from environments import make_env
+    (tmp_path / "a3c_test_envs.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register('A3CModuleTest-v0', 'gymnasium.envs.classic_control:CartPoleEnv')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = config_module.config_for("CartPole-v1")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("default")
+        for env_id in ("CartPole", "a3c_test_envs:A3CModuleTest-v0", "CartPole"):
+            env = make_env(env_id, cfg)
+            assert env.observation_space.shape == (4,)
+            env.close()
+    assert len([warning for warning in said if "CartPole-v1" in str(warning.message)]) == 1
+
+
 def test_an_env_made_many_times_warns_once_as_python_does():
     """32 envs of one id (8 workers x 4) must not repeat its warnings 32 times."""
     from environments import make_env
