@@ -37,6 +37,7 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
+import config  # noqa: E402
 import runlog  # noqa: E402
 from checkpoints import file_name, latest_checkpoint, read_run  # noqa: E402
 from console import UsageError  # noqa: E402
@@ -49,6 +50,7 @@ SCOREBOARD = [("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS)) for seed in (1, 2, 
 WORKERS = 8
 MILESTONES = (10e6, 20e6, 40e6)  # frames
 EVAL_GAMES = 10
+CELLS = 10  # a row's cells after game and seed, before the anchors
 CURVE_POINTS = 400  # per run, in the records: enough for a smooth curve
 RECORDS = "atari_runs.json"  # beside atari.md: each run's row and curve, kept across machines
 GIF_STEPS = 450  # 30 seconds of play at the console's pace
@@ -155,6 +157,8 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
                 signalled = "stopped by Ctrl-C"
 
     def interrupted(why: str):
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):  # (more of them: still one line, 130)
+            signal.signal(stop_signal, signal.SIG_IGN)
         print(f"{game} seed {seed}: {why}; `run` again continues the scoreboard", file=sys.stderr,
               flush=True)
         return SystemExit(INTERRUPTED)
@@ -230,8 +234,37 @@ def load_records(out: str) -> dict:
     path = os.path.join(out, RECORDS)
     if not os.path.exists(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            records = json.load(f)
+        for record in records.values():
+            curve = record["curve"]
+            if not (isinstance(record["run"], (str, type(None))) and len(record["cells"]) == CELLS
+                    and all(isinstance(text, str) for text in record["cells"])
+                    and isinstance(record["gif"], bool) and isinstance(record["finished"], bool)
+                    and (curve is None or len(curve["frames"]) == len(curve["hours"])
+                         == len(curve["mean_100"]))):
+                raise ValueError("a row without its run, cells, curve, gif or finished")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise UsageError(f"{path} is not the scoreboard's kept rows ({type(exc).__name__}: "
+                         f"{exc}): restore it from git (git checkout -- {RECORDS}) or move it "
+                         f"away") from None
+    return records
+
+
+def kept_row_stands(folder, kept, game: str, stop) -> str | None:
+    """Why the kept row of a run stands over the run folder here (None: the folder's row is
+    measured). The folder wins when it is the kept run, or newer and (where the kept run had
+    finished) finished too: a short try of a game, or an older copy, must not replace it."""
+    if kept is None or folder is None or kept["run"] == os.path.basename(folder):
+        return None
+    if kept["run"] is not None and os.path.basename(folder) < kept["run"]:  # named by their start
+        return f"{folder} started before the run kept in {RECORDS} ({kept['run']})"
+    budget = config.config_for(game).max_steps * FRAME_SKIP
+    if kept["finished"] and not (stop_reached(folder, stop) or progress(folder)["frames"] >= budget):
+        return (f"{folder} has not finished the scoreboard's budget or stop, and the run kept in "
+                f"{RECORDS} ({kept['run'] or 'an earlier one'}) had")
+    return None
 
 
 def curve_of(rows: dict, points: int = CURVE_POINTS) -> dict:
@@ -262,8 +295,9 @@ def record_of(folder: str, game: str, seed: int, stop, gif) -> dict | None:
               f"{rows['env_steps'][-1] * FRAME_SKIP / max(rows['wall_s'][-1], 1e-9):,.0f}"]
              + [cell(mean_100_at(rows, m, done["frames"])) for m in MILESTONES]
              + [cell(None if np.isnan(done["mean_100"]) else done["mean_100"])] + reach + [score])
+    budget = config.config_for(game).max_steps * FRAME_SKIP  # (the scoreboard's, not the run's)
     return {"run": os.path.basename(folder), "cells": cells, "curve": curve_of(rows),
-            "finished": finished(folder, stop), "gif": gif_written}
+            "finished": stop_reached(folder, stop) or done["frames"] >= budget, "gif": gif_written}
 
 
 def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
@@ -279,10 +313,9 @@ def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
         key = f"{game} {seed}"
         folder = run_folder(runs, game, seed)
         kept = records.get(key)
-        if folder is not None and kept is not None and kept["run"] is not None and \
-                os.path.basename(folder) < kept["run"]:  # (run folders are named by their start)
-            print(f"{game} seed {seed}: {folder} started before the run kept in {RECORDS} "
-                  f"({kept['run']}): the kept row stays", file=sys.stderr, flush=True)
+        stands = kept_row_stands(folder, kept, game, stop)
+        if stands is not None:
+            print(f"{game} seed {seed}: {stands}: the kept row stays", file=sys.stderr, flush=True)
             folder = None
         if folder is not None:
             first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
@@ -305,7 +338,8 @@ def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
         print(lines[-1], file=sys.stderr, flush=True)  # progress: the document goes to stdout
     text = "\n".join(lines)
     if carried:
-        text += (f"\n\nRows whose run folders are not under `--runs`, carried from {RECORDS}: "
+        text += (f"\n\nRows carried from {RECORDS}, as an earlier report measured them (their "
+                 f"run folders are not under `--runs`, or are older or unfinished there): "
                  f"{', '.join(carried)}.")
     if not save:
         return text
@@ -379,19 +413,25 @@ def main(argv=None) -> int:
     if args.what == "report" and args.games and not args.no_save:
         parser.error("report --games would rewrite atari.md with only those games' rows: "
                      "report every game (drop --games), or add --no-save")
-    if args.what == "report" and not args.no_save and not os.path.isdir(args.out):
-        parser.error(f"--out {args.out} is not a folder: make it, or give --no-save")
+    if (args.what == "run" or not args.no_save) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out} is not a folder: make it" + (
+            "" if args.what == "run" else ", or give --no-save"))
     if args.games:
         unknown = set(args.games) - {game for game, _, _ in SCOREBOARD}
         if unknown:
             parser.error(f"not on the scoreboard: {', '.join(sorted(unknown))}")
     scoreboard = [entry for entry in SCOREBOARD if not args.games or entry[0] in args.games]
+    try:
+        records = load_records(args.out)
+    except UsageError as exc:
+        parser.error(str(exc))
     if args.what == "run":
         signal.signal(signal.SIGTERM, on_sigterm)
-        records = load_records(args.out)
         for game, seed, stop in scoreboard:
-            if run_folder(args.runs, game, seed) is None and \
-                    records.get(f"{game} {seed}", {}).get("finished"):
+            kept = records.get(f"{game} {seed}")
+            folder = run_folder(args.runs, game, seed)
+            if kept is not None and kept["finished"] and (
+                    folder is None or kept_row_stands(folder, kept, game, stop) is not None):
                 print(f"{game} seed {seed}: finished (its row is kept in {RECORDS})", flush=True)
                 continue
             train(args.runs, game, seed, stop)

@@ -443,19 +443,36 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     carried = (results / "atari.md").read_text()
     assert [line for line in carried.splitlines() if line.startswith("| ALE/Pong-v5 | 1 |")] \
         == rows[:1]
-    assert "carried from atari_runs.json: Pong seed 1." in carried
+    assert "carried from atari_runs.json, as an earlier report" in carried
+    assert "unfinished there): Pong seed 1." in carried
     assert (results / "atari_Pong.png").stat().st_size > 0, "drawn again from the kept curve"
     assert "](atari_Pong.gif)" in carried
+    # a finished kept row stands over a newer try that has not finished the scoreboard's budget,
     # and `run` does not train again what a kept row says is finished
     kept = json.loads((results / "atari_runs.json").read_text())
-    assert kept[f"{PONG} 1"]["finished"] and kept[f"{PONG} 1"]["gif"]
-    for seed in (2, 3):
-        kept[f"{PONG} {seed}"] = kept[f"{PONG} 1"]
+    assert not kept[f"{PONG} 1"]["finished"], "2,000 steps are not the preset's 40M frames"
+    assert kept[f"{PONG} 1"]["gif"]
+    for seed in (1, 2, 3):
+        kept[f"{PONG} {seed}"] = {**kept[f"{PONG} 1"], "finished": True}
     (results / "atari_runs.json").write_text(json.dumps(kept))
-    assert atari_scoreboard.main(["run", "--runs", str(tmp_path / "elsewhere"), "--games", PONG,
+    (gone / "ALE_Pong-v5" / "29990101T000000Z-s1").mkdir()
+    assert atari_scoreboard.main(["report", "--runs", str(gone), "--out", str(results)]) == 0
+    assert "has not finished the scoreboard's budget" in capsys.readouterr().err
+    assert [line for line in (results / "atari.md").read_text().splitlines()
+            if line.startswith("| ALE/Pong-v5 | 1 |")] == rows[:1]
+    assert atari_scoreboard.main(["run", "--runs", str(gone), "--games", PONG,
                                   "--out", str(results)]) == 0
     assert capsys.readouterr().out.count("finished (its row is kept in atari_runs.json)") == 3
-    assert not (tmp_path / "elsewhere").exists()
+    assert len(os.listdir(gone / "ALE_Pong-v5")) == 2, "nothing trained"
+    # a damaged atari_runs.json, or no --out folder to keep rows in: refused in one line
+    (results / "atari_runs.json").write_text("{")
+    for what in ("run", "report"):
+        for out in (results, tmp_path / "typo"):
+            with pytest.raises(SystemExit) as refusal:
+                atari_scoreboard.main([what, "--runs", str(gone), "--out", str(out)])
+            assert refusal.value.code == 2
+    assert "atari_runs.json is not the scoreboard's kept rows" in capsys.readouterr().err
+    assert not (tmp_path / "typo").exists()
 
 
 def write_run_folder(folder, env_id, **fields):
