@@ -134,7 +134,6 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
         ["--resume", folder] if folder is not None else
         ["--env", game, "--seed", str(seed), "--workers", str(workers), "--results-dir", runs])
     print(f"{game} seed {seed}: {' '.join(command[1:])}", flush=True)
-    child = subprocess.Popen(command)
     stopped = False
 
     def stop_child():  # SIGTERM, which a3c.py takes as Ctrl-C: a background start ignores SIGINT
@@ -163,6 +162,9 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
               flush=True)
         return SystemExit(INTERRUPTED)
 
+    # its own session: a terminal's Ctrl-C reaches the scoreboard only, which passes one SIGTERM on
+    # (the child getting both, further apart than a3c.py's SAME_STOP_S, would skip its save)
+    child = subprocess.Popen(command, start_new_session=True)
     try:
         while child.poll() is None:
             time.sleep(10)
@@ -176,8 +178,8 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
         stop_child()
         wait_saved()
         raise interrupted("terminated") from None
-    except KeyboardInterrupt:  # the child got the Ctrl-C too (unless only we were sent it): the
-        stop_child()          # SIGTERM within a3c.py's SAME_STOP_S of it is the same stop
+    except KeyboardInterrupt:  # pass it on as SIGTERM, once, and let the run save
+        stop_child()
         wait_saved()
         raise interrupted("stopped by Ctrl-C") from None
     if child.returncode not in (0, 130):
@@ -247,7 +249,7 @@ def load_records(out: str) -> dict:
                 raise ValueError("a row without its run, cells, curve, gif or finished")
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise UsageError(f"{path} is not the scoreboard's kept rows ({type(exc).__name__}: "
-                         f"{exc}): restore it from git (git checkout -- {RECORDS}) or move it "
+                         f"{exc}): restore it from git (git checkout -- {os.path.relpath(path, ROOT)}) or move it "
                          f"away") from None
     return records
 
@@ -426,15 +428,22 @@ def main(argv=None) -> int:
     except UsageError as exc:
         parser.error(str(exc))
     if args.what == "run":
-        signal.signal(signal.SIGTERM, on_sigterm)
-        for game, seed, stop in scoreboard:
-            kept = records.get(f"{game} {seed}")
-            folder = run_folder(args.runs, game, seed)
-            if kept is not None and kept["finished"] and (
-                    folder is None or kept_row_stands(folder, kept, game, stop) is not None):
-                print(f"{game} seed {seed}: finished (its row is kept in {RECORDS})", flush=True)
-                continue
-            train(args.runs, game, seed, stop)
+        before = signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            for game, seed, stop in scoreboard:
+                kept = records.get(f"{game} {seed}")
+                folder = run_folder(args.runs, game, seed)
+                if kept is not None and kept["finished"] and (
+                        folder is None or kept_row_stands(folder, kept, game, stop) is not None):
+                    print(f"{game} seed {seed}: finished (its row is kept in {RECORDS})",
+                          flush=True)
+                    continue
+                train(args.runs, game, seed, stop)
+        except (KeyboardInterrupt, Terminated):  # between runs: none was training
+            print("stopped between runs; `run` again continues the scoreboard", file=sys.stderr)
+            return INTERRUPTED
+        finally:
+            signal.signal(signal.SIGTERM, before)
         return 0
     table = report(args.runs, args.out, not args.no_save, scoreboard)
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))

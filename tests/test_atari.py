@@ -766,11 +766,12 @@ def test_the_scoreboard_stopped_by_ctrl_c_then_sigterm_lets_its_run_save_and_say
             time.sleep(0.5)
         time.sleep(3)  # (its workers are playing)
         os.killpg(scoreboard.pid, signal.SIGINT)
-        time.sleep(1)  # (a second signal to a3c.py past its SAME_STOP_S would skip the save)
+        time.sleep(1)  # (were it passed on, a second signal past SAME_STOP_S would skip the save)
         scoreboard.send_signal(signal.SIGTERM)
         out, err = scoreboard.communicate(timeout=120)
-    finally:
-        try:  # (a run left behind would train for hours)
+    finally:  # (a run left behind would train for hours; it has a session of its own)
+        os.system(f"pkill -KILL -f 'results-dir {tmp_path}'")
+        try:
             os.killpg(scoreboard.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass

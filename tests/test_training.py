@@ -283,6 +283,7 @@ def test_cli_refuses_a_retired_version_in_one_line_without_gymnasiums_warning(ca
 
 def test_unversioned_and_module_ids_are_made_as_gymnasium_makes_them(tmp_path, monkeypatch):
     from environments import make_env
+    monkeypatch.setattr(environments, "WARNINGS_PASSED_ON", set())  # (whatever ran before)
     (tmp_path / "a3c_test_envs.py").write_text(
         "import gymnasium\n"
         "gymnasium.register('A3CModuleTest-v0', 'gymnasium.envs.classic_control:CartPoleEnv')\n")
