@@ -247,6 +247,7 @@ def load_records(out: str) -> dict:
                     and (curve is None or len(curve["frames"]) == len(curve["hours"])
                          == len(curve["mean_100"]))):
                 raise ValueError("a row without its run, cells, curve, gif or finished")
+            kept_frames(record)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise UsageError(f"{path} is not the scoreboard's kept rows ({type(exc).__name__}: "
                          f"{exc}): restore it from git (git checkout -- {os.path.relpath(path, ROOT)}) or move it "
@@ -256,17 +257,27 @@ def load_records(out: str) -> dict:
 
 def kept_row_stands(folder, kept, game: str, stop) -> str | None:
     """Why the kept row of a run stands over the run folder here (None: the folder's row is
-    measured). The folder wins when it is the kept run, or newer and (where the kept run had
-    finished) finished too: a short try of a game, or an older copy, must not replace it."""
+    measured). The folder wins when it is the kept run, or newer and finished too where the kept
+    run had finished, or as far where it had not: a short try of a game, a restart of a run whose
+    folder is gone, or an older copy must not replace it."""
     if kept is None or folder is None or kept["run"] == os.path.basename(folder):
         return None
     if kept["run"] is not None and os.path.basename(folder) < kept["run"]:  # named by their start
         return f"{folder} started before the run kept in {RECORDS} ({kept['run']})"
     budget = config.config_for(game).max_steps * FRAME_SKIP
-    if kept["finished"] and not (stop_reached(folder, stop) or progress(folder)["frames"] >= budget):
+    frames = progress(folder)["frames"]
+    if kept["finished"] and not (stop_reached(folder, stop) or frames >= budget):
         return (f"{folder} has not finished the scoreboard's budget or stop, and the run kept in "
                 f"{RECORDS} ({kept['run'] or 'an earlier one'}) had")
+    if not kept["finished"] and frames < kept_frames(kept):  # (a restart, not yet as far)
+        return (f"{folder} has trained {frames / 1e6:.1f}M frames, fewer than the run kept in "
+                f"{RECORDS} ({kept['cells'][0]})")
     return None
+
+
+def kept_frames(kept: dict) -> float:
+    """The frames a kept row had trained: its first cell, as "31.8M"."""
+    return float(kept["cells"][0].rstrip("M")) * 1e6
 
 
 def curve_of(rows: dict, points: int = CURVE_POINTS) -> dict:

@@ -452,10 +452,15 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     kept = json.loads((results / "atari_runs.json").read_text())
     assert not kept[f"{PONG} 1"]["finished"], "2,000 steps are not the preset's 40M frames"
     assert kept[f"{PONG} 1"]["gif"]
+    (gone / "ALE_Pong-v5" / "29990101T000000Z-s1").mkdir()
+    (results / "atari_runs.json").write_text(json.dumps(  # unfinished, further than a restart
+        {f"{PONG} 1": {**kept[f"{PONG} 1"], "cells": ["30.0M"] + kept[f"{PONG} 1"]["cells"][1:]}}))
+    assert atari_scoreboard.main(["report", "--runs", str(gone), "--out", str(results)]) == 0
+    assert "has trained 0.0M frames, fewer than the run kept" in capsys.readouterr().err
+    assert "| ALE/Pong-v5 | 1 | 30.0M |" in (results / "atari.md").read_text()
     for seed in (1, 2, 3):
         kept[f"{PONG} {seed}"] = {**kept[f"{PONG} 1"], "finished": True}
     (results / "atari_runs.json").write_text(json.dumps(kept))
-    (gone / "ALE_Pong-v5" / "29990101T000000Z-s1").mkdir()
     assert atari_scoreboard.main(["report", "--runs", str(gone), "--out", str(results)]) == 0
     assert "has not finished the scoreboard's budget" in capsys.readouterr().err
     assert [line for line in (results / "atari.md").read_text().splitlines()
