@@ -2,6 +2,7 @@
 batch, and the space checks that say what networks an env needs (EnvSpec)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import warnings
@@ -161,19 +162,16 @@ def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     if is_mujoco(env_id):
         quiet_mujoco_warnings()
-    if env_id in gym.registry:
-        try:
-            return gym.make(env_id, **kwargs)
-        except Exception as exc:  # gymnasium raises several types for broken envs
-            raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)}") from exc
-    # Unknown, retired (Taxi-v3), unversioned ("CartPole") or "module:Name-v0": gymnasium may warn
-    # (a retired version is "out of date") and then refuse, and our one-line refusal says it
-    # all; the warnings of an env it makes are passed on, each once (catch_warnings resets every
-    # warning's "once", so it is used only here)
-    with warnings.catch_warnings(record=True) as said:
+    # An id not in the registry (unknown, retired like Taxi-v3, unversioned like "CartPole", or
+    # "module:Name-v0"): gymnasium may warn (a retired version is "out of date") and then refuse,
+    # and our one-line refusal says it all; the warnings of an env it does make are passed on,
+    # each once. (catch_warnings resets every warning's "once": registered ids go without it.)
+    unregistered = env_id not in gym.registry
+    with warnings.catch_warnings(record=True) if unregistered else contextlib.nullcontext([]) \
+            as said:
         try:
             env = gym.make(env_id, **kwargs)
-        except Exception as exc:
+        except Exception as exc:  # gymnasium raises several types for unknown or broken ids
             raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
                              f"(gymnasium.pprint_registry() lists the known ids)") from exc
     for warning in said:

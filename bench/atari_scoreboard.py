@@ -105,9 +105,12 @@ def stop_reached(folder: str, stop) -> bool:
         reached(done["rows"], stop[0]) is not None or done["hours"] >= stop[1])
 
 
-def finished(folder: str, stop) -> bool:
-    _, cfg = read_run(folder)
-    return stop_reached(folder, stop) or progress(folder)["frames"] >= cfg.max_steps * FRAME_SKIP
+def finished(folder: str, stop, max_steps: int = None) -> bool:
+    """Whether a run reached its stop or trained max_steps agent steps (default: its own budget;
+    the kept rows count the preset's)."""
+    if max_steps is None:
+        max_steps = read_run(folder)[1].max_steps
+    return stop_reached(folder, stop) or progress(folder)["frames"] >= max_steps * FRAME_SKIP
 
 
 INTERRUPTED = 130  # the exit status of a scoreboard stopped by Ctrl-C or SIGTERM (as a shell's)
@@ -264,11 +267,10 @@ def kept_row_stands(folder, kept, game: str, stop) -> str | None:
         return None
     if kept["run"] is not None and os.path.basename(folder) < kept["run"]:  # named by their start
         return f"{folder} started before the run kept in {RECORDS} ({kept['run']})"
-    budget = config.config_for(game).max_steps * FRAME_SKIP
-    frames = progress(folder)["frames"]
-    if kept["finished"] and not (stop_reached(folder, stop) or frames >= budget):
+    if kept["finished"] and not finished(folder, stop, config.config_for(game).max_steps):
         return (f"{folder} has not finished the scoreboard's budget or stop, and the run kept in "
                 f"{RECORDS} ({kept['run'] or 'an earlier one'}) had")
+    frames = progress(folder)["frames"]
     if not kept["finished"] and frames < kept_frames(kept):  # (a restart, not yet as far)
         return (f"{folder} has trained {frames / 1e6:.1f}M frames, fewer than the run kept in "
                 f"{RECORDS} ({kept['cells'][0]})")
@@ -308,19 +310,18 @@ def record_of(folder: str, game: str, seed: int, stop, gif) -> dict | None:
               f"{rows['env_steps'][-1] * FRAME_SKIP / max(rows['wall_s'][-1], 1e-9):,.0f}"]
              + [cell(mean_100_at(rows, m, done["frames"])) for m in MILESTONES]
              + [cell(None if np.isnan(done["mean_100"]) else done["mean_100"])] + reach + [score])
-    budget = config.config_for(game).max_steps * FRAME_SKIP  # (the scoreboard's, not the run's)
     return {"run": os.path.basename(folder), "cells": cells, "curve": curve_of(rows),
-            "finished": stop_reached(folder, stop) or done["frames"] >= budget, "gif": gif_written}
+            "finished": finished(folder, stop, config.config_for(game).max_steps),
+            "gif": gif_written}
 
 
-def report(runs: str, out: str, save: bool, scoreboard=SCOREBOARD) -> str:
+def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD) -> str:
     """The table of the scoreboard's runs: measured from the run folders under runs where they
-    are, else carried from the records an earlier report kept in out (and said so)."""
+    are, else carried from records, the rows an earlier report kept in out (and said so)."""
     lines = ["| game | seed | frames | wall h | frames/s | mean-100 at 10M | 20M | 40M | "
              "final mean-100 | Pong: mean-100 0 reached at (frames, h) | +18 reached at | "
              f"eval of the best ({EVAL_GAMES} games) | anchors at 40M frames |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    records = load_records(out)
     shown, carried = {}, []
     for game, seed, stop in scoreboard:
         key = f"{game} {seed}"
@@ -456,7 +457,7 @@ def main(argv=None) -> int:
         finally:
             signal.signal(signal.SIGTERM, before)
         return 0
-    table = report(args.runs, args.out, not args.no_save, scoreboard)
+    table = report(args.runs, args.out, not args.no_save, records, scoreboard)
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "
             f"ATARI: the small CNN on 42x42 frames, {WORKERS} workers x 8 games, no sticky actions, a "
