@@ -88,7 +88,11 @@ def steps_done(folder: str, rows) -> int:
 
 def progress(folder: str) -> dict:
     path = os.path.join(folder, "episodes.csv")
-    rows = runlog.read_episodes(path) if os.path.exists(path) else None
+    try:
+        rows = runlog.read_episodes(path) if os.path.exists(path) else None
+    except (OSError, KeyError, ValueError) as exc:
+        raise UsageError(f"cannot read {path} ({type(exc).__name__}: {exc}); move that run "
+                         f"folder out of --runs, or mend the file") from None
     frames = steps_done(folder, rows) * FRAME_SKIP
     if rows is None or not len(rows["episode"]):
         return dict(rows=rows, frames=frames, hours=0.0, mean_100=float("nan"))
@@ -439,24 +443,39 @@ def main(argv=None) -> int:
         records = load_records(args.out)
     except UsageError as exc:
         parser.error(str(exc))
-    if args.what == "run":
-        before = signal.signal(signal.SIGTERM, on_sigterm)
-        try:
-            for game, seed, stop in scoreboard:
-                kept = records.get(f"{game} {seed}")
-                folder = run_folder(args.runs, game, seed)
-                if kept is not None and kept["finished"] and (
-                        folder is None or kept_row_stands(folder, kept, game, stop) is not None):
-                    print(f"{game} seed {seed}: finished (its row is kept in {RECORDS})",
-                          flush=True)
-                    continue
-                train(args.runs, game, seed, stop)
-        except (KeyboardInterrupt, Terminated):  # between runs: none was training
-            print("stopped between runs; `run` again continues the scoreboard", file=sys.stderr)
-            return INTERRUPTED
-        finally:
-            signal.signal(signal.SIGTERM, before)
-        return 0
+    try:
+        return run_all(args.runs, scoreboard, records) if args.what == "run" else \
+            write_report(args, argv, records, scoreboard)
+    except UsageError as exc:  # a damaged run folder under --runs
+        parser.error(str(exc))
+
+
+def run_all(runs: str, scoreboard: list, records: dict) -> int:
+    """Train what the scoreboard lacks, one run at a time; a finished row kept is skipped."""
+    before = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        for game, seed, stop in scoreboard:
+            kept = records.get(f"{game} {seed}")
+            folder = run_folder(runs, game, seed)
+            if kept is not None and kept["finished"] and (
+                    folder is None or kept_row_stands(folder, kept, game, stop) is not None):
+                print(f"{game} seed {seed}: finished (its row is kept in {RECORDS})", flush=True)
+                continue
+            train(runs, game, seed, stop)
+    except (KeyboardInterrupt, Terminated):  # between runs: none was training
+        print("stopped between runs; `run` again continues the scoreboard", file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    return 0
+
+
+def write_report(args, argv, records: dict, scoreboard: list) -> int:
+    """atari.md (and its pictures and kept rows) from the runs under args.runs and records."""
+    for game, seed, _ in scoreboard:  # every CSV read first: a damaged one stops all writing
+        folder = run_folder(args.runs, game, seed)
+        if folder is not None:
+            progress(folder)
     table = report(args.runs, args.out, not args.no_save, records, scoreboard)
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "

@@ -753,6 +753,28 @@ def test_a_run_that_reached_its_stop_stays_finished_though_its_last_games_fell_b
     assert atari_scoreboard.stop_reached(str(tmp_path), (18.5, 152 / 3600))  # (its hours)
 
 
+def test_the_scoreboard_refuses_a_damaged_episodes_csv_in_one_line_and_writes_nothing(
+        tmp_path, capsys):
+    folder = tmp_path / "runs" / "ALE_Pong-v5"
+    folder.mkdir(parents=True)
+    write_run_folder(folder / "20260101T000000Z-s1", PONG)
+    (folder / "20260101T000000Z-s1" / "episodes.csv").write_text("worker,episode\nx,y\n")
+    (folder / "20260101T000000Z-s1" / "checkpoints").mkdir()  # (one `run` would resume)
+    (folder / "20260101T000000Z-s1" / "checkpoints" / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-100"\n')
+    out = tmp_path / "results"
+    out.mkdir()
+    for what in (["report", "--out", str(out)], ["report", "--no-save"],
+                 ["run", "--games", PONG, "--out", str(out)]):
+        with pytest.raises(SystemExit) as refusal:
+            atari_scoreboard.main(what[:1] + ["--runs", str(tmp_path / "runs")] + what[1:])
+        assert refusal.value.code == 2
+        err = capsys.readouterr().err
+        assert "episodes.csv" in err and "move that run folder out of --runs" in err
+        assert "Traceback" not in err
+    assert os.listdir(out) == []
+
+
 def test_the_scoreboard_stopped_by_ctrl_c_then_sigterm_lets_its_run_save_and_says_so(tmp_path):
     """A user's Ctrl-C (to the terminal's whole process group) and a session's SIGTERM right
     after it: one line that says how to go on, no traceback, and the run saved."""
