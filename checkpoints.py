@@ -238,7 +238,8 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
         rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
     except (OSError, KeyError, ValueError) as exc:
         raise UsageError(f"cannot read {run_dir}'s episodes.csv ({first_line(exc)}); only a run "
-                         f"folder with its CSV can be resumed") from None
+                         f"folder with its whole CSV can be resumed: mend it (a last line cut "
+                         f"off by a kill: delete that line)") from None
     env_steps = int(max([checkpoint_steps, *rows["env_steps"].astype(int)]))
     episodes, finished_steps = len(rows["episode"]), int(rows["length"].sum())
     if budget_used(cfg, episodes, env_steps) >= 1:

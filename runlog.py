@@ -211,9 +211,15 @@ def read_episodes(path: str) -> dict:
     """episodes.csv as a dict of NumPy columns (with a process column if it has one)."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        rows = list(reader)
+        try:
+            rows = list(reader)
+        except csv.Error as exc:  # (a zero-filled tail past the field limit)
+            raise ValueError(f"line {reader.line_num}: {exc}") from None
         names = EPISODE_COLUMNS + ([PROCESS_COLUMN] if PROCESS_COLUMN in (reader.fieldnames or ())
                                    else [])
+    for number, row in enumerate(rows, start=2):  # a cut line's missing cells are None
+        if any(row[name] is None for name in names):
+            raise ValueError(f"line {number} lacks cells (cut off?)")
     return {name: np.array([float(row[name]) for row in rows]) for name in names}
 
 

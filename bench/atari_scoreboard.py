@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import config  # noqa: E402
 import runlog  # noqa: E402
 from checkpoints import file_name, latest_checkpoint, read_run  # noqa: E402
-from console import UsageError  # noqa: E402
+from console import UsageError, first_line  # noqa: E402
 from environments import FRAME_SKIP  # noqa: E402
 
 PONG_GOAL, PONG_HOURS = 18.0, 2.0
@@ -91,8 +91,9 @@ def progress(folder: str) -> dict:
     try:
         rows = runlog.read_episodes(path) if os.path.exists(path) else None
     except (OSError, KeyError, ValueError) as exc:
-        raise UsageError(f"cannot read {path} ({type(exc).__name__}: {exc}); move that run "
-                         f"folder out of --runs, or mend the file") from None
+        raise UsageError(f"cannot read {path} ({first_line(exc)}): mend it (a cut last line: "
+                         f"delete that line), or move that run folder out of --runs (`run` then "
+                         f"trains that game and seed afresh)") from None
     frames = steps_done(folder, rows) * FRAME_SKIP
     if rows is None or not len(rows["episode"]):
         return dict(rows=rows, frames=frames, hours=0.0, mean_100=float("nan"))
@@ -104,8 +105,10 @@ def progress(folder: str) -> dict:
 def stop_reached(folder: str, stop) -> bool:
     """Whether a run reached its stop (mean-100, hours) before its budget: at any game, as the
     games that end while a stopped run saves can take its last mean-100 back below the goal."""
+    if stop is None:
+        return False
     done = progress(folder)
-    return stop is not None and done["rows"] is not None and (
+    return done["rows"] is not None and (
         reached(done["rows"], stop[0]) is not None or done["hours"] >= stop[1])
 
 
@@ -176,7 +179,11 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
         while child.poll() is None:
             time.sleep(10)
             current = run_folder(runs, game, seed)
-            if current is not None and stop_reached(current, stop):
+            try:
+                stop_now = current is not None and stop_reached(current, stop)
+            except UsageError:  # a line half-written as it was read: the next look reads it whole
+                continue
+            if stop_now:
                 stop_child()
                 why = wait_saved()
                 if why is not None:
@@ -226,7 +233,7 @@ def evaluate_best(folder: str, gif_path) -> tuple[str, bool]:
                 durations.append(gif.info["duration"])
                 if sum(durations) >= GIF_STEPS * 1000 / 15:
                     break
-        frames[0].save(gif_path, save_all=True, append_images=frames[1:], duration=durations,
+        frames[0].save(gif_path, format="GIF", save_all=True, append_images=frames[1:], duration=durations,
                        loop=0)
     best = os.path.basename(os.path.dirname(result["checkpoint"])) == "best"
     return (cell(result["mean"]) + ("" if best else " (latest checkpoint: no best yet)"),
@@ -327,33 +334,42 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
              f"eval of the best ({EVAL_GAMES} games) | anchors at 40M frames |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     shown, carried = {}, []
-    for game, seed, stop in scoreboard:
-        key = f"{game} {seed}"
-        folder = run_folder(runs, game, seed)
-        kept = records.get(key)
-        stands = kept_row_stands(folder, kept, game, stop)
-        if stands is not None:
-            print(f"{game} seed {seed}: {stands}: the kept row stays", file=sys.stderr, flush=True)
-            folder = None
-        if folder is not None:
-            first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
-            gif = os.path.join(out, f"atari_{short_name(game)}.gif") \
-                if save and seed == first_seed else None
-            record = record_of(folder, game, seed, stop, gif)
-            if record is None:
-                lines.append(f"| {game} | {seed} | no game finished yet | | | | | | | | | | |")
+    staged = []  # GIFs written as .part, named with the rest once every row is measured
+    try:
+        for game, seed, stop in scoreboard:
+            key = f"{game} {seed}"
+            folder = run_folder(runs, game, seed)
+            kept = records.get(key)
+            stands = kept_row_stands(folder, kept, game, stop)
+            if stands is not None:
+                print(f"{game} seed {seed}: {stands}: the kept row stays", file=sys.stderr,
+                      flush=True)
+                folder = None
+            if folder is not None:
+                first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
+                gif = os.path.join(out, f"atari_{short_name(game)}.gif.part") \
+                    if save and seed == first_seed else None
+                staged += [gif] if gif is not None else []
+                record = record_of(folder, game, seed, stop, gif)
+                if record is None:
+                    lines.append(f"| {game} | {seed} | no game finished yet | | | | | | | | | | |")
+                    continue
+                records[key] = record
+            elif kept is not None:
+                record = kept
+                carried.append(f"{short_name(game)} seed {seed}")
+            else:
+                lines.append(f"| {game} | {seed} | not run | | | | | | | | | | |")
                 continue
-            records[key] = record
-        elif kept is not None:
-            record = kept
-            carried.append(f"{short_name(game)} seed {seed}")
-        else:
-            lines.append(f"| {game} | {seed} | not run | | | | | | | | | | |")
-            continue
-        shown.setdefault(game, []).append((seed, record))
-        anchors = ", ".join(f"{name} {value:g}" for name, value in ANCHORS[game].items())
-        lines.append(f"| {game} | {seed} | " + " | ".join(record["cells"]) + f" | {anchors} |")
-        print(lines[-1], file=sys.stderr, flush=True)  # progress: the document goes to stdout
+            shown.setdefault(game, []).append((seed, record))
+            anchors = ", ".join(f"{name} {value:g}" for name, value in ANCHORS[game].items())
+            lines.append(f"| {game} | {seed} | " + " | ".join(record["cells"]) + f" | {anchors} |")
+            print(lines[-1], file=sys.stderr, flush=True)  # progress: the document goes to stdout
+    except BaseException:  # (a run folder it cannot read, Ctrl-C): nothing of this report stays
+        for part in staged:
+            if os.path.exists(part):
+                os.remove(part)
+        raise
     text = "\n".join(lines)
     if carried:
         text += (f"\n\nRows carried from {RECORDS}, as an earlier report measured them (their "
@@ -361,6 +377,9 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
                  f"{', '.join(carried)}.")
     if not save:
         return text
+    for part in staged:
+        if os.path.exists(part):
+            os.replace(part, part[:-len(".part")])
     with open(os.path.join(out, RECORDS + ".part"), "w") as f:  # (a cut write keeps the old)
         json.dump(records, f, indent=1, ensure_ascii=False)
     os.replace(os.path.join(out, RECORDS + ".part"), os.path.join(out, RECORDS))
@@ -472,9 +491,10 @@ def run_all(runs: str, scoreboard: list, records: dict) -> int:
 
 def write_report(args, argv, records: dict, scoreboard: list) -> int:
     """atari.md (and its pictures and kept rows) from the runs under args.runs and records."""
-    for game, seed, _ in scoreboard:  # every CSV read first: a damaged one stops all writing
-        folder = run_folder(args.runs, game, seed)
-        if folder is not None:
+    for game, seed, stop in scoreboard:  # every CSV report reads, first: one it cannot read
+        folder = run_folder(args.runs, game, seed)  # stops it before it writes anything
+        if folder is not None and kept_row_stands(folder, records.get(f"{game} {seed}"), game,
+                                                  stop) is None:
             progress(folder)
     table = report(args.runs, args.out, not args.no_save, records, scoreboard)
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))

@@ -722,11 +722,16 @@ def test_a_run_started_with_sighup_ignored_keeps_training_after_a_hangup(tmp_pat
     assert_trained_to(tmp_path, 5_000)
 
 
-def test_resume_refuses_a_folder_without_its_csv(trained_run, tmp_path, capsys):
+@pytest.mark.parametrize("damage", ["removed", "a cut last line"])
+def test_resume_refuses_a_folder_without_its_whole_csv(damage, trained_run, tmp_path, capsys):
     run = copy_run(trained_run, tmp_path / "run")
-    os.remove(os.path.join(run, "episodes.csv"))
+    if damage == "removed":
+        os.remove(os.path.join(run, "episodes.csv"))
+    else:  # (a kill in the middle of a write)
+        with open(os.path.join(run, "episodes.csv"), "a") as f:
+            f.write("0,999,12")
     refused(["--resume", str(run), "--max-steps", "99999999", "--no-plot"], capsys,
-            "cannot read", "episodes.csv")
+            "cannot read", "episodes.csv", *(["cut off"] if damage != "removed" else []))
 
 
 def test_eval_refuses_to_record_an_env_that_draws_no_frames(tmp_path, capsys):
