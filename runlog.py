@@ -3,6 +3,7 @@ worker threads share (EpisodeLog: episodes.csv and TensorBoard), and rewards.png
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import sys
@@ -208,19 +209,33 @@ class EpisodeLog:
 
 
 def read_episodes(path: str) -> dict:
-    """episodes.csv as a dict of NumPy columns (with a process column if it has one)."""
+    """episodes.csv as a dict of NumPy columns (with a process column if it has one). ValueError,
+    naming the line, where the file is not whole: a kill mid-write cuts its last line."""
     with open(path, newline="") as f:
-        reader = csv.DictReader(f)
+        text = f.read()
+    if not text.endswith("\n"):  # (every line a run writes ends so, its header's first)
+        raise ValueError("the file is empty" if not text else
+                         f"line {text.count(chr(10)) + 1}, its last, is cut off (no line end)")
+    try:
+        lines = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise ValueError(f"{exc}") from None
+    header = lines[0]
+    missing = [name for name in EPISODE_COLUMNS if name not in header]
+    if missing:
+        raise ValueError(f"line 1, the header, lacks the column(s) {', '.join(missing)}")
+    names = EPISODE_COLUMNS + ([PROCESS_COLUMN] if PROCESS_COLUMN in header else [])
+    where = [header.index(name) for name in names]
+    values = []
+    for number, line in enumerate(lines[1:], start=2):
         try:
-            rows = list(reader)
-        except csv.Error as exc:  # (a zero-filled tail past the field limit)
-            raise ValueError(f"line {reader.line_num}: {exc}") from None
-        names = EPISODE_COLUMNS + ([PROCESS_COLUMN] if PROCESS_COLUMN in (reader.fieldnames or ())
-                                   else [])
-    for number, row in enumerate(rows, start=2):  # a cut line's missing cells are None
-        if any(row[name] is None for name in names):
-            raise ValueError(f"line {number} lacks cells (cut off?)")
-    return {name: np.array([float(row[name]) for row in rows]) for name in names}
+            if len(line) != len(header):
+                raise ValueError
+            values.append([float(line[index]) for index in where])
+        except ValueError:
+            raise ValueError(f"line {number} is not a whole row of numbers") from None
+    columns = np.array(values, dtype=np.float64).reshape(len(values), len(names))
+    return {name: columns[:, index].copy() for index, name in enumerate(names)}
 
 
 def display_available() -> bool:

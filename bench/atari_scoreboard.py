@@ -458,15 +458,16 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"not on the scoreboard: {', '.join(sorted(unknown))}")
     scoreboard = [entry for entry in SCOREBOARD if not args.games or entry[0] in args.games]
-    try:
+    try:  # (a damaged file is no misused flag: one line, without the usage)
         records = load_records(args.out)
-    except UsageError as exc:
-        parser.error(str(exc))
-    try:
         return run_all(args.runs, scoreboard, records) if args.what == "run" else \
             write_report(args, argv, records, scoreboard)
-    except UsageError as exc:  # a damaged run folder under --runs
-        parser.error(str(exc))
+    except UsageError as exc:  # atari_runs.json, or a run folder under --runs, damaged
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:  # (run passes its own on; this is report's)
+        print("report stopped by Ctrl-C; run it again for the whole table", file=sys.stderr)
+        return INTERRUPTED
 
 
 def run_all(runs: str, scoreboard: list, records: dict) -> int:

@@ -22,6 +22,7 @@ import best_agent  # noqa: E402
 import checkpoints  # noqa: E402
 import environments  # noqa: E402
 import runlog  # noqa: E402
+from console import UsageError, first_line  # noqa: E402
 
 
 def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -41,6 +42,11 @@ def hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
+def refuse(why: str) -> int:
+    print(f"curve.py: error: {why}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir")
@@ -49,8 +55,17 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="results")
     args = parser.parse_args(argv)
 
-    env_id, cfg = checkpoints.read_run(args.run_dir)
-    rows = runlog.read_episodes(os.path.join(args.run_dir, "episodes.csv"))
+    path = os.path.join(args.run_dir, "episodes.csv")
+    try:
+        env_id, cfg = checkpoints.read_run(args.run_dir)
+        rows = runlog.read_episodes(path)
+    except UsageError as exc:
+        return refuse(str(exc))
+    except (OSError, ValueError) as exc:
+        return refuse(f"cannot read {path} ({first_line(exc)}): mend it (a last line cut off by "
+                      f"a kill: delete that line)")
+    if not len(rows["episode"]):
+        return refuse(f"{args.run_dir} has no finished episodes yet: nothing to draw")
     per_step = environments.FRAME_SKIP if environments.is_atari(env_id) else 1
     frames, wall, returns = rows["env_steps"] * per_step, rows["wall_s"], rows["return"]
     means = {20: trailing_mean(returns, 20), 100: trailing_mean(returns, 100)}

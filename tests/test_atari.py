@@ -765,11 +765,12 @@ def test_a_run_that_reached_its_stop_stays_finished_though_its_last_games_fell_b
     assert atari_scoreboard.stop_reached(str(tmp_path), (18.5, 152 / 3600))  # (its hours)
 
 
-@pytest.mark.parametrize("damage", ["worker,episode\nx,y\n", "cut", "zeros"])
+@pytest.mark.parametrize("damage", ["worker,episode\nx,y\n", "cut", "zeros", "no line end", ""])
 def test_the_scoreboard_refuses_a_damaged_episodes_csv_in_one_line_and_writes_nothing(
         damage, tmp_path, capsys, monkeypatch):
     whole = ",".join(runlog.EPISODE_COLUMNS) + "\n" + "0,1,1000,1.0,0,1000,1.0,1.0,0.5\n"
-    text = {"cut": whole + "0,2,20", "zeros": whole + "\0" * 200_000}.get(damage, damage)
+    text = {"cut": whole + "0,2,20", "zeros": whole + "\0" * 200_000,
+            "no line end": whole[:-1]}.get(damage, damage)
     folder = tmp_path / "runs" / "ALE_Pong-v5" / "20260101T000000Z-s1"
     folder.parent.mkdir(parents=True)
     write_run_folder(folder, PONG)
@@ -784,9 +785,13 @@ def test_the_scoreboard_refuses_a_damaged_episodes_csv_in_one_line_and_writes_no
         with pytest.raises(SystemExit) as refusal:
             atari_scoreboard.main(what[:1] + ["--runs", str(tmp_path / "runs")] + what[1:])
         assert refusal.value.code == 2
-        last = capsys.readouterr().err.splitlines()[-1]
-        assert "episodes.csv" in last and "move that run folder out of --runs" in last
-        assert len(last) < 600
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and len(err) < 600, "one line, no usage: " + err
+        assert "episodes.csv" in err and "move that run folder out of --runs" in err
+    import curve  # bench/curve.py, the one-run table: the same refusal
+    assert curve.main([str(folder), "--name", "c", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "episodes.csv" in err and "Traceback" not in err
     assert os.listdir(out) == []
 
 

@@ -722,16 +722,31 @@ def test_a_run_started_with_sighup_ignored_keeps_training_after_a_hangup(tmp_pat
     assert_trained_to(tmp_path, 5_000)
 
 
-@pytest.mark.parametrize("damage", ["removed", "a cut last line"])
-def test_resume_refuses_a_folder_without_its_whole_csv(damage, trained_run, tmp_path, capsys):
+@pytest.mark.parametrize("damage, words", [
+    ("removed", []), ("a cut last line", ["cut off"]), ("its last line end cut", ["cut off"]),
+    ("emptied", ["empty"]), ("a cut header", ["cut off"]), ("a row of 10 cells", ["line"]),
+    ("a tail of NULs", ["cut off"])])
+def test_resume_refuses_a_folder_without_its_whole_csv(damage, words, trained_run, tmp_path,
+                                                       capsys):
+    """A kill mid-write cuts the CSV's last line (in any cell, or just its line end); resuming
+    after it would glue the next row to it and lose that episode from every later read."""
     run = copy_run(trained_run, tmp_path / "run")
-    if damage == "removed":
-        os.remove(os.path.join(run, "episodes.csv"))
-    else:  # (a kill in the middle of a write)
-        with open(os.path.join(run, "episodes.csv"), "a") as f:
-            f.write("0,999,12")
-    refused(["--resume", str(run), "--max-steps", "99999999", "--no-plot"], capsys,
-            "cannot read", "episodes.csv", *(["cut off"] if damage != "removed" else []))
+    path = os.path.join(run, "episodes.csv")
+    with open(path, "rb") as f:
+        whole = f.read()
+    damaged = {"removed": None, "a cut last line": whole + b"0,999,12",
+               "its last line end cut": whole[:-4], "emptied": b"",
+               "a cut header": whole[:20], "a row of 10 cells": whole + whole.splitlines(True)[-1]
+               .replace(b",", b",1,", 1), "a tail of NULs": whole + b"\0" * 200_000}[damage]
+    if damaged is None:
+        os.remove(path)
+    else:
+        with open(path, "wb") as f:
+            f.write(damaged)
+    steps = max(int(line.split(b",")[2]) for line in whole.splitlines()[1:]) + 1000
+    refused(["--resume", str(run), "--max-steps", str(steps), "--no-plot"], capsys,  # (short:
+            "cannot read", "episodes.csv", *words)  # the code before its fix trained this far)
+    assert damaged is None or open(path, "rb").read() == damaged, "the folder is left as it was"
 
 
 def test_eval_refuses_to_record_an_env_that_draws_no_frames(tmp_path, capsys):
