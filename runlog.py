@@ -216,18 +216,19 @@ def read_episodes(path: str) -> dict:
     if not text.endswith("\n"):  # (every line a run writes ends so, its header's first)
         raise ValueError("the file is empty" if not text else
                          f"line {text.count(chr(10)) + 1}, its last, is cut off (no line end)")
-    try:
-        lines = list(csv.reader(io.StringIO(text, newline="")))
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:  # (blank lines skipped, as csv.DictReader skips them)
+        lines = [(reader.line_num, line) for line in reader if line]
     except csv.Error as exc:
-        raise ValueError(f"{exc}") from None
-    header = lines[0]
+        raise ValueError(f"line {reader.line_num}: {exc}") from None
+    header = lines[0][1] if lines else []
     missing = [name for name in EPISODE_COLUMNS if name not in header]
     if missing:
         raise ValueError(f"line 1, the header, lacks the column(s) {', '.join(missing)}")
     names = EPISODE_COLUMNS + ([PROCESS_COLUMN] if PROCESS_COLUMN in header else [])
     where = [header.index(name) for name in names]
     values = []
-    for number, line in enumerate(lines[1:], start=2):
+    for number, line in lines[1:]:
         try:
             if len(line) != len(header):
                 raise ValueError

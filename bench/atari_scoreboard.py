@@ -91,9 +91,10 @@ def progress(folder: str) -> dict:
     try:
         rows = runlog.read_episodes(path) if os.path.exists(path) else None
     except (OSError, KeyError, ValueError) as exc:
-        raise UsageError(f"cannot read {path} ({first_line(exc)}): mend it (a cut last line: "
-                         f"delete that line), or move that run folder out of --runs (`run` then "
-                         f"trains that game and seed afresh)") from None
+        raise UsageError(f"cannot read {path} ({first_line(exc)}): if a run is training into it, "
+                         f"try again; else mend it (a cut last line: delete that line), or move "
+                         f"that run folder out of --runs (`run` then trains that game and seed "
+                         f"afresh)") from None
     frames = steps_done(folder, rows) * FRAME_SKIP
     if rows is None or not len(rows["episode"]):
         return dict(rows=rows, frames=frames, hours=0.0, mean_100=float("nan"))
@@ -466,7 +467,7 @@ def main(argv=None) -> int:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:  # (run passes its own on; this is report's)
-        print("report stopped by Ctrl-C; run it again for the whole table", file=sys.stderr)
+        print(f"{args.what} stopped by Ctrl-C; run it again", file=sys.stderr)
         return INTERRUPTED
 
 

@@ -795,6 +795,14 @@ def test_the_scoreboard_refuses_a_damaged_episodes_csv_in_one_line_and_writes_no
     assert os.listdir(out) == []
 
 
+def test_report_stopped_by_ctrl_c_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt  # (where a Ctrl-C lands while report evaluates)
+    monkeypatch.setattr(atari_scoreboard, "write_report", interrupted)
+    assert atari_scoreboard.main(["report", "--runs", str(tmp_path), "--no-save"]) == 130
+    assert capsys.readouterr().err.strip() == "report stopped by Ctrl-C; run it again"
+
+
 def test_the_scoreboard_stopped_by_ctrl_c_then_sigterm_lets_its_run_save_and_says_so(tmp_path):
     """A user's Ctrl-C (to the terminal's whole process group) and a session's SIGTERM right
     after it: one line that says how to go on, no traceback, and the run saved."""
