@@ -14,7 +14,8 @@ import numpy as np
 import config as config_module
 from config import Config
 from console import UsageError, counted, first_line, warn
-from runlog import AnnealStart, RunHistory, anneal_used, annealed_fraction, budget_used, read_episodes
+from runlog import (MEND_EPISODES, AnnealStart, RunHistory, anneal_used, annealed_fraction,
+                    budget_used, read_episodes)
 from sessions import tf, v1
 
 
@@ -238,8 +239,7 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
         rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
     except (OSError, KeyError, ValueError) as exc:
         raise UsageError(f"cannot read {run_dir}'s episodes.csv ({first_line(exc)}); only a run "
-                         f"folder with its whole CSV can be resumed: mend it (a last line cut "
-                         f"off by a kill: delete that line)") from None
+                         f"folder with its whole CSV can be resumed: {MEND_EPISODES}") from None
     env_steps = int(max([checkpoint_steps, *rows["env_steps"].astype(int)]))
     episodes, finished_steps = len(rows["episode"]), int(rows["length"].sum())
     if budget_used(cfg, episodes, env_steps) >= 1:

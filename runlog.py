@@ -208,6 +208,10 @@ class EpisodeLog:
         self.csv_file.close()
 
 
+# what to do with an episodes.csv that read_episodes refuses, for the refusals that say so
+MEND_EPISODES = "mend it (a last line cut off by a kill: delete that line)"
+
+
 def read_episodes(path: str) -> dict:
     """episodes.csv as a dict of NumPy columns (with a process column if it has one). ValueError,
     naming the line, where the file is not whole: a kill mid-write cuts its last line."""

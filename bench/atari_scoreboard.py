@@ -92,9 +92,8 @@ def progress(folder: str) -> dict:
         rows = runlog.read_episodes(path) if os.path.exists(path) else None
     except (OSError, KeyError, ValueError) as exc:
         raise UsageError(f"cannot read {path} ({first_line(exc)}): if a run is training into it, "
-                         f"try again; else mend it (a cut last line: delete that line), or move "
-                         f"that run folder out of --runs (`run` then trains that game and seed "
-                         f"afresh)") from None
+                         f"try again; else {runlog.MEND_EPISODES}, or move that run folder out "
+                         f"of --runs (`run` then trains that game and seed afresh)") from None
     frames = steps_done(folder, rows) * FRAME_SKIP
     if rows is None or not len(rows["episode"]):
         return dict(rows=rows, frames=frames, hours=0.0, mean_100=float("nan"))

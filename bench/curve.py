@@ -62,8 +62,7 @@ def main(argv=None) -> int:
     except UsageError as exc:
         return refuse(str(exc))
     except (OSError, ValueError) as exc:
-        return refuse(f"cannot read {path} ({first_line(exc)}): mend it (a last line cut off by "
-                      f"a kill: delete that line)")
+        return refuse(f"cannot read {path} ({first_line(exc)}): {runlog.MEND_EPISODES}")
     if not len(rows["episode"]):
         return refuse(f"{args.run_dir} has no finished episodes yet: nothing to draw")
     per_step = environments.FRAME_SKIP if environments.is_atari(env_id) else 1
