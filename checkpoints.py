@@ -237,7 +237,7 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
     Otherwise it goes on from the rate it had reached, falling to 0 at its end."""
     try:
         rows = read_episodes(os.path.join(run_dir, "episodes.csv"))
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read {run_dir}'s episodes.csv ({first_line(exc)}); only a run "
                          f"folder with its whole CSV can be resumed: {MEND_EPISODES}") from None
     env_steps = int(max([checkpoint_steps, *rows["env_steps"].astype(int)]))

@@ -90,7 +90,7 @@ def progress(folder: str) -> dict:
     path = os.path.join(folder, "episodes.csv")
     try:
         rows = runlog.read_episodes(path) if os.path.exists(path) else None
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read {path} ({first_line(exc)}): if a run is training into it, "
                          f"try again; else {runlog.MEND_EPISODES}, or move that run folder out "
                          f"of --runs (`run` then trains that game and seed afresh)") from None
