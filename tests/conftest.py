@@ -1,5 +1,6 @@
 """One process-wide TensorFlow import for the whole suite (importing it costs ~8 s)."""
 import os
+import signal
 import sys
 
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -8,6 +9,17 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the benchmark scripts some tests drive; last, as bench/cluster.py must not hide cluster.py
 sys.path.append(os.path.join(ROOT, "bench"))
+
+
+def take_back_ctrl_c() -> None:
+    """A shell's `cmd &` (and some CI runners) start pytest with SIGINT ignored, and the runs the
+    tests spawn would inherit that, so the Ctrl-C tests could not stop them. A handled SIGINT is
+    reset to its default in a child, an ignored one is not: handle it here."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+take_back_ctrl_c()
 
 import a3c  # noqa: E402,F401  (first: TensorFlow is imported with the trainer's settings, oneDNN)
 import envs  # noqa: E402,F401  (registers the A3CTest/* environments)

@@ -305,6 +305,27 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, g
         assert sessions.v1.train.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
 
 
+def test_the_suite_gives_its_runs_ctrl_c_though_it_was_started_with_sigint_ignored():
+    """Started by a shell's `cmd &`, pytest ignores SIGINT, and a run it spawned would inherit
+    that: the Ctrl-C tests above would then fail. conftest takes SIGINT back."""
+    import signal
+    import subprocess
+    import sys
+    from conftest import take_back_ctrl_c
+
+    handler_in_a_child = [sys.executable, "-c", "import signal; h = signal.getsignal(signal."
+                          "SIGINT); print(h.name if isinstance(h, signal.Handlers) else h.__name__)"]
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # (as `cmd &` starts pytest)
+    try:
+        ignored = subprocess.run(handler_in_a_child, capture_output=True, text=True).stdout
+        take_back_ctrl_c()
+        taken_back = subprocess.run(handler_in_a_child, capture_output=True, text=True).stdout
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert ignored.strip() == "SIG_IGN"  # (what the Ctrl-C tests' runs would have had)
+    assert taken_back.strip() == "default_int_handler"
+
+
 def test_a_hangup_is_handled_as_sigterm_is(capsys):
     """A closed terminal or dropped ssh session stops a run as SIGTERM does: by the handler that
     raises Ctrl-C's KeyboardInterrupt, which the test above follows through a real run."""
