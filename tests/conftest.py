@@ -12,9 +12,10 @@ sys.path.append(os.path.join(ROOT, "bench"))
 
 
 def take_back_ctrl_c() -> None:
-    """A shell's `cmd &` (and some CI runners) start pytest with SIGINT ignored, and the runs the
-    tests spawn would inherit that, so the Ctrl-C tests could not stop them. A handled SIGINT is
-    reset to its default in a child, an ignored one is not: handle it here."""
+    """A non-interactive shell's `cmd &` (a script, `bash -c`, some CI runners) starts pytest with
+    SIGINT ignored, and the runs the tests spawn would inherit that, so the Ctrl-C tests could not
+    stop them. A handled SIGINT is reset to its default in a child, an ignored one is not: handle
+    it here."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 

@@ -286,10 +286,13 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, g
         if line.startswith("episodes"):
             break
     started = time.time()
-    for name in stop_signals:
-        process.send_signal(getattr(signal, name))
-        time.sleep(gap_s)
-    out, err = process.communicate(timeout=60)
+    try:
+        for name in stop_signals:
+            process.send_signal(getattr(signal, name))
+            time.sleep(gap_s)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()  # (a run that ignored its stop must not train on after the test)
     assert time.time() - started < 20  # (with the other pytest process on the same cores)
     assert "Traceback" not in err
     assert out.startswith("interrupted:") or "interrupted twice" in err
@@ -306,13 +309,14 @@ def test_a_signal_stops_a_real_run_cleanly_with_everything_saved(stop_signals, g
 
 
 def test_the_suite_gives_its_runs_ctrl_c_though_it_was_started_with_sigint_ignored():
-    """Started by a shell's `cmd &`, pytest ignores SIGINT, and a run it spawned would inherit
-    that: the Ctrl-C tests above would then fail. conftest takes SIGINT back."""
+    """Started by a non-interactive shell's `cmd &`, pytest ignores SIGINT, and a run it spawned
+    would inherit that: the Ctrl-C tests above would then fail. conftest takes SIGINT back."""
     import signal
     import subprocess
     import sys
     from conftest import take_back_ctrl_c
 
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # (conftest did, on import)
     handler_in_a_child = [sys.executable, "-c", "import signal; h = signal.getsignal(signal."
                           "SIGINT); print(h.name if isinstance(h, signal.Handlers) else h.__name__)"]
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # (as `cmd &` starts pytest)
