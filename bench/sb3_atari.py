@@ -18,6 +18,7 @@ the numbers docs/atari.md quotes come from its output.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import deque
 
@@ -32,10 +33,20 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch's intra-op threads")
     args = parser.parse_args(argv)
 
+    if args.frames <= 0 or args.threads < 1:
+        parser.error("--frames must be > 0 and --threads >= 1")
+    try:
+        import cv2  # noqa: F401  (SB3's Atari wrappers resize with it)
+        import stable_baselines3  # noqa: F401
+        import torch
+    except ImportError:
+        print("bench/sb3_atari.py: error: needs torch, stable-baselines3 and opencv-python-headless "
+              "(pip install torch stable-baselines3 opencv-python-headless), an optional "
+              "comparison", file=sys.stderr)
+        return 2
     import ale_py
     import gymnasium as gym
     import numpy as np
-    import torch
     from stable_baselines3 import A2C
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_atari_env
@@ -44,8 +55,13 @@ def main(argv=None) -> int:
 
     gym.register_envs(ale_py)
     torch.set_num_threads(args.threads)
-    env = VecFrameStack(make_atari_env(f"{args.game}NoFrameskip-v4", n_envs=16, seed=args.seed),
-                        n_stack=4)
+    try:
+        env = make_atari_env(f"{args.game}NoFrameskip-v4", n_envs=16, seed=args.seed)
+    except gym.error.Error as exc:
+        print(f"bench/sb3_atari.py: error: --game {args.game}: {exc} (a game's name as in "
+              f"ALE/<Game>-v5, e.g. Breakout)", file=sys.stderr)
+        return 2
+    env = VecFrameStack(env, n_stack=4)
 
     class Curve(BaseCallback):
         def __init__(self):
