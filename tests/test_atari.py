@@ -803,6 +803,27 @@ def test_report_stopped_by_ctrl_c_says_so_in_one_line(tmp_path, capsys, monkeypa
     assert capsys.readouterr().err.strip() == "report stopped by Ctrl-C; run it again"
 
 
+def test_the_scoreboard_stopped_by_ctrl_c_during_its_imports_says_so_in_one_line(tmp_path):
+    """Its imports take seconds (TensorFlow): a Ctrl-C then ends it with a line, not a traceback
+    through them, and nothing written."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    scoreboard = subprocess.Popen(
+        [sys.executable, atari_scoreboard.__file__, "report", "--runs", str(tmp_path),
+         "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.8)  # past Python's start, inside the imports
+        scoreboard.send_signal(signal.SIGINT)
+        out, err = scoreboard.communicate(timeout=60)
+    finally:
+        scoreboard.kill()
+    assert scoreboard.returncode == 130, err
+    assert err.strip() == "atari_scoreboard.py: interrupted while starting: nothing was written", err
+    assert os.listdir(tmp_path) == []
+
+
 def test_the_scoreboard_stopped_by_ctrl_c_then_sigterm_lets_its_run_save_and_says_so(tmp_path):
     """A user's Ctrl-C (to the terminal's whole process group) and a session's SIGTERM right
     after it: one line that says how to go on, no traceback, and the run saved."""
