@@ -1,8 +1,8 @@
 """Optional comparison: Stable-Baselines3's A2C with rl-zoo's Atari settings, one game and seed,
 its learning curve printed as it trains (the mean of the last 100 whole games, raw scores).
 
-Needs PyTorch, Stable-Baselines3 and OpenCV, which the trainer never does; install them in a
-separate environment, e.g. `pip install torch stable-baselines3 ale-py opencv-python-headless`,
+Needs PyTorch, Stable-Baselines3, ale-py and OpenCV (the trainer needs only ale-py); install them
+in a separate environment, e.g. `pip install torch stable-baselines3 ale-py opencv-python-headless`,
 then
 
     python bench/sb3_atari.py --game Breakout --seed 11 --frames 6e6
@@ -36,15 +36,15 @@ def main(argv=None) -> int:
     if args.frames <= 0 or args.threads < 1:
         parser.error("--frames must be > 0 and --threads >= 1")
     try:
+        import ale_py
         import cv2  # noqa: F401  (SB3's Atari wrappers resize with it)
         import stable_baselines3  # noqa: F401
         import torch
     except ImportError:
-        print("bench/sb3_atari.py: error: needs torch, stable-baselines3 and opencv-python-headless "
-              "(pip install torch stable-baselines3 opencv-python-headless), an optional "
-              "comparison", file=sys.stderr)
+        print("bench/sb3_atari.py: error: needs torch, stable-baselines3, ale-py and "
+              "opencv-python-headless (pip install torch stable-baselines3 ale-py "
+              "opencv-python-headless), an optional comparison", file=sys.stderr)
         return 2
-    import ale_py
     import gymnasium as gym
     import numpy as np
     from stable_baselines3 import A2C
