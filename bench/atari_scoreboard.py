@@ -30,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 stopped_while_starting = None
@@ -146,6 +147,23 @@ def on_sigterm(signum, frame):
     raise Terminated
 
 
+def start_held_back(command: list):
+    """Popen(command) in a session of its own, and the (signal, handler) of each Ctrl-C or SIGTERM
+    that came meanwhile, held back: raised during Popen, it would leave the child training unseen.
+    (Only the main thread handles signals; another starts it as it is.)"""
+    held_back, handlers = [], {}
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGINT, signal.SIGTERM):
+            if callable(signal.getsignal(number)):
+                handlers[number] = signal.signal(number, lambda n, _: held_back.append(n))
+    try:
+        child = subprocess.Popen(command, start_new_session=True)
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    return child, [(number, handlers[number]) for number in held_back]
+
+
 def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None:
     """Start or continue one run, and stop it (as Ctrl-C does) once it reaches its stop; a run
     that ends on its budget ends by itself (its final checkpoint and trials are not cut)."""
@@ -189,8 +207,10 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
 
     # its own session: a terminal's Ctrl-C reaches the scoreboard only, which passes one SIGTERM on
     # (the child getting both, further apart than a3c.py's SAME_STOP_S, would skip its save)
-    child = subprocess.Popen(command, start_new_session=True)
+    child, held_back = start_held_back(command)
     try:
+        for number, handler in held_back:  # a stop that came as the child started: the child
+            handler(number, None)           # exists now, and the handlers below stop it
         while child.poll() is None:
             time.sleep(10)
             current = run_folder(runs, game, seed)

@@ -803,6 +803,38 @@ def test_report_stopped_by_ctrl_c_says_so_in_one_line(tmp_path, capsys, monkeypa
     assert capsys.readouterr().err.strip() == "report stopped by Ctrl-C; run it again"
 
 
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT"])
+def test_a_stop_that_comes_as_the_scoreboard_starts_its_run_stops_the_run_too(stop, tmp_path,
+                                                                             monkeypatch):
+    """A session's SIGTERM or a Ctrl-C that reaches the scoreboard while Popen starts a3c.py must
+    not leave that run training unseen in its own session: it is stopped, and the scoreboard
+    says so in one line."""
+    import signal
+    import subprocess
+    started, real_popen = [], subprocess.Popen
+
+    def popen_then_stop(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        os.kill(os.getpid(), getattr(signal, stop))  # (as Popen returns)
+        return started[-1]
+
+    monkeypatch.setattr(atari_scoreboard.subprocess, "Popen", popen_then_stop)
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, atari_scoreboard.on_sigterm)  # (as `run` has it)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            atari_scoreboard.train(str(tmp_path), PONG, 1, (18.0, 1.0), workers=2)
+    finally:  # (its stop ignores both from then on, as a scoreboard about to exit)
+        for number, handler in before.items():
+            signal.signal(number, handler)
+        leaked = [child for child in started if child.poll() is None]
+        for child in leaked:  # (end it, and fail below)
+            child.kill()
+            child.wait()
+    assert len(started) == 1 and not leaked, "the run went on training after the scoreboard stopped"
+    assert stopped.value.code == atari_scoreboard.INTERRUPTED
+
+
 def test_the_scoreboard_stopped_by_ctrl_c_during_its_imports_says_so_in_one_line(tmp_path):
     """Its imports take seconds (TensorFlow): a Ctrl-C then ends it with a line, not a traceback
     through them, and nothing written."""
