@@ -838,20 +838,10 @@ def test_a_stop_that_comes_as_the_scoreboard_starts_its_run_stops_the_run_too(st
 def test_the_scoreboard_stopped_by_ctrl_c_during_its_imports_says_so_in_one_line(tmp_path):
     """Its imports take seconds (TensorFlow): a Ctrl-C then ends it with a line, not a traceback
     through them, and nothing written."""
-    import signal
-    import subprocess
-    import sys
-    import time
-    scoreboard = subprocess.Popen(
-        [sys.executable, atari_scoreboard.__file__, "report", "--runs", str(tmp_path),
-         "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(0.8)  # past Python's start, inside the imports
-        scoreboard.send_signal(signal.SIGINT)
-        out, err = scoreboard.communicate(timeout=60)
-    finally:
-        scoreboard.kill()
-    assert scoreboard.returncode == 130, err
+    from test_checkpoints import ctrl_c_while_starting
+    code, err = ctrl_c_while_starting(atari_scoreboard.__file__, "report", "--runs", str(tmp_path),
+                                      "--out", str(tmp_path))
+    assert code == 130, err
     assert err.strip() == "atari_scoreboard.py: interrupted while starting: nothing was written", err
     assert os.listdir(tmp_path) == []
 

@@ -551,27 +551,33 @@ def test_the_worker_trains_at_the_annealed_rate_the_log_gives(tmp_path):
     assert moved == {0.0: False, 1.0: True}
 
 
-def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(tmp_path):
-    """`import tensorflow` takes seconds: a Ctrl-C then ends the process with a line, not a
-    traceback through the imports."""
+def ctrl_c_while_starting(script: str, *args: str) -> tuple[int, str]:
+    """(exit status, stderr) of `python script args` given a Ctrl-C 0.8 s after its start,
+    inside its imports (conftest gives the process SIGINT's default)."""
     import signal
     import subprocess
     import sys
     import time
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    process = subprocess.Popen(  # (Ctrl-C as a terminal gives it, though pytest ran in the background)
-        [sys.executable, os.path.join(root, "a3c.py"), "--env", "CartPole-v1", "--no-plot",
-         "--max-steps", "2000", "--results-dir", str(tmp_path / "runs")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(0.8)  # past Python's start, inside the imports
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
+        _, err = process.communicate(timeout=60)
     finally:
         process.kill()
-    assert process.returncode == 130, err
+    return process.returncode, err
+
+
+def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(tmp_path):
+    """`import tensorflow` takes seconds: a Ctrl-C then ends the process with a line, not a
+    traceback through the imports."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code, err = ctrl_c_while_starting(os.path.join(root, "a3c.py"), "--env", "CartPole-v1",
+                                      "--no-plot", "--max-steps", "2000", "--results-dir",
+                                      str(tmp_path / "runs"))
+    assert code == 130, err
     assert err.strip() == "a3c.py: interrupted while starting: nothing was written", err
     assert not (tmp_path / "runs").exists()
 
