@@ -18,11 +18,14 @@ the numbers docs/atari.md quotes come from its output.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections import deque
 
 PRINT_EVERY_STEPS = 50_000  # agent steps (4 frames each)
+ENVS = 16  # rl-zoo's n_envs for A2C on Atari
+UPDATE_FRAMES = ENVS * 5 * 4  # one A2C update: 5 steps of every env, 4 frames a step
 
 
 def main(argv=None) -> int:
@@ -33,8 +36,13 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch's intra-op threads")
     args = parser.parse_args(argv)
 
-    if args.frames <= 0 or args.threads < 1:
-        parser.error("--frames must be > 0 and --threads >= 1")
+    if not math.isfinite(args.frames) or args.frames < UPDATE_FRAMES:
+        parser.error(f"--frames must be a number >= {UPDATE_FRAMES} (one update: 16 envs x 5 "
+                     f"steps x 4 frames), got {args.frames:g}")
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    if not 0 <= args.seed <= 2**32 - 1 - ENVS:  # each env seeds with seed + its index
+        parser.error(f"--seed must be from 0 to {2**32 - 1 - ENVS:,}, got {args.seed}")
     try:
         import ale_py
         import cv2  # noqa: F401  (SB3's Atari wrappers resize with it)
@@ -56,7 +64,7 @@ def main(argv=None) -> int:
     gym.register_envs(ale_py)
     torch.set_num_threads(args.threads)
     try:
-        env = make_atari_env(f"{args.game}NoFrameskip-v4", n_envs=16, seed=args.seed)
+        env = make_atari_env(f"{args.game}NoFrameskip-v4", n_envs=ENVS, seed=args.seed)
     except gym.error.Error as exc:
         print(f"bench/sb3_atari.py: error: --game {args.game}: {exc} (a game's name as in "
               f"ALE/<Game>-v5, e.g. Breakout)", file=sys.stderr)

@@ -20,6 +20,7 @@ from graphs import build_session, checkpoints_and_best
 from test_training import read_rows, refused
 
 import atari_scoreboard
+import sb3_atari
 import trunk_probe
 
 PONG = "ALE/Pong-v5"
@@ -519,6 +520,22 @@ def test_trunk_probe_refuses_what_it_cannot_probe_and_writes_nothing(case, words
     for word in words:
         assert word in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flag, value, words", [
+    ("--frames", "nan", "--frames must be a number >= 320"),
+    ("--frames", "inf", "--frames must be a number >= 320"),
+    ("--frames", "319", "--frames must be a number >= 320"),
+    ("--seed", "-1", "--seed must be from 0 to 4,294,967,279"),
+    ("--seed", "4294967280", "--seed must be from 0 to 4,294,967,279"),
+    ("--threads", "0", "--threads must be >= 1"),
+])
+def test_the_sb3_comparison_refuses_bad_flags_before_it_needs_torch(flag, value, words, capsys):
+    # (torch is not installed here: a flag it let through would end in "needs torch" instead)
+    with pytest.raises(SystemExit) as stop:
+        sb3_atari.main([flag, value])
+    assert stop.value.code == 2
+    assert words in capsys.readouterr().err.splitlines()[-1]
 
 
 def test_atari_envs_take_any_seed_the_config_allows():

@@ -62,7 +62,11 @@ def test_a_short_run_writes_every_output(env_id, tmp_path):
     assert [int(r[1]) for r in body] == list(range(1, 13))
     steps = [int(r[2]) for r in body]
     assert steps == sorted(steps) and steps[-1] <= summary["env_steps"]
-    assert {r[0] for r in body} == {"0", "1"}, "each thread runs its own worker"
+    assert {r[0] for r in body} <= {"0", "1"}
+    if env_id == "Pendulum-v1":
+        # every Pendulum episode lasts 200 steps, so worker 0 alone would need 1,200 steps before
+        # worker 1 ends one; CartPole's short episodes let worker 0 finish all 12 (seen once)
+        assert {r[0] for r in body} == {"0", "1"}, "each thread runs its own worker"
     for r in body:
         assert np.isfinite([float(x) for x in r[3:]]).all()
     if env_id == "Pendulum-v1":
