@@ -36,18 +36,10 @@ import threading
 import time
 import typing
 
-if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    # TensorFlow takes seconds to import: a Ctrl-C then gets a line, not a traceback; to a copy
-    # of stderr, which sessions.py silences during the import
-    stderr_at_start = os.dup(2)
+from console import quiet_ctrl_c_while_starting  # (the standard library only: imports at once)
 
-    def stopped_while_starting(signum, frame):
-        try:
-            os.write(stderr_at_start, b"a3c.py: interrupted while starting: nothing was written\n")
-        except OSError:  # (no console left to tell)
-            pass
-        raise SystemExit(130)
-    signal.signal(signal.SIGINT, stopped_while_starting)  # main() puts the training handler in
+if __name__ == "__main__":
+    quiet_ctrl_c_while_starting("a3c.py")  # main() puts the training handler in
 
 import gymnasium as gym
 import numpy as np

@@ -5,8 +5,29 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 import time
+
+
+def quiet_ctrl_c_while_starting(program: str) -> bool:
+    """A script's imports take seconds (TensorFlow's): a Ctrl-C then ends it with one line and
+    status 130, not a traceback, written to a copy of stderr, which sessions.py silences during
+    TensorFlow's import. Only where Ctrl-C is Python's own: a start that ignores SIGINT keeps
+    ignoring it. True if it took SIGINT; the script puts its own handler in once it has imported."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return False
+    stderr_at_start = os.dup(2)
+    line = f"{program}: interrupted while starting: nothing was written\n".encode()
+
+    def stopped_while_starting(signum, frame):
+        try:
+            os.write(stderr_at_start, line)
+        except OSError:  # (no console left to tell)
+            pass
+        raise SystemExit(130)
+    signal.signal(signal.SIGINT, stopped_while_starting)
+    return True
 
 
 class UsageError(Exception):

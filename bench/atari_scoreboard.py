@@ -33,23 +33,13 @@ import sys
 import threading
 import time
 
-stopped_while_starting = None
-if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    # its imports take seconds (TensorFlow, through checkpoints): a Ctrl-C then gets a line, not a
-    # traceback; to a copy of stderr, which sessions.py silences during TensorFlow's import
-    stderr_at_start = os.dup(2)
-
-    def stopped_while_starting(signum, frame):
-        try:
-            os.write(stderr_at_start, b"atari_scoreboard.py: interrupted while starting: "
-                                      b"nothing was written\n")
-        except OSError:  # (no console left to tell)
-            pass
-        raise SystemExit(130)
-    signal.signal(signal.SIGINT, stopped_while_starting)  # until the imports are done
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from console import quiet_ctrl_c_while_starting  # noqa: E402  (the standard library only)
+
+# the imports below take seconds (TensorFlow, through checkpoints)
+quiet_start = __name__ == "__main__" and quiet_ctrl_c_while_starting("atari_scoreboard.py")
 
 import numpy as np  # noqa: E402
 
@@ -551,6 +541,6 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
 
 
 if __name__ == "__main__":
-    if stopped_while_starting is not None:  # the imports are done: Ctrl-C is KeyboardInterrupt again
+    if quiet_start:  # the imports are done: Ctrl-C is KeyboardInterrupt again
         signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())
