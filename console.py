@@ -17,7 +17,10 @@ def quiet_ctrl_c_while_starting(program: str) -> bool:
     ignoring it. True if it took SIGINT; the script puts its own handler in once it has imported."""
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return False
-    stderr_at_start = os.dup(2)
+    try:
+        stderr_at_start = os.dup(2)
+    except OSError:  # started with stderr closed: Python's own Ctrl-C then
+        return False
     line = f"{program}: interrupted while starting: nothing was written\n".encode()
 
     def stopped_while_starting(signum, frame):

@@ -34,8 +34,14 @@ def import_tensorflow_quietly():
     if "tensorflow" not in sys.modules:
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
         skipped = [name for name in KERAS_LOADED_BY_TENSORFLOW if name not in sys.modules]
-    sys.stderr.flush()
-    saved = os.dup(2)
+    if sys.stderr is not None:
+        sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # started with stderr closed (2>&-): the next file opened would become fd 2
+        # and take every message TensorFlow's C++ writes there, so /dev/null holds fd 2 for good
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+        saved = os.dup(2)
     try:
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 2)

@@ -41,8 +41,8 @@ def main(argv=None) -> int:
                      f"steps x 4 frames), got {args.frames:g}")
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
-    if not 0 <= args.seed <= 2**32 - 1 - ENVS:  # each env seeds with seed + its index
-        parser.error(f"--seed must be from 0 to {2**32 - 1 - ENVS:,}, got {args.seed}")
+    if not 0 <= args.seed <= 2**32 - ENVS:  # env i seeds with seed + i, i < ENVS
+        parser.error(f"--seed must be from 0 to {2**32 - ENVS:,}, got {args.seed}")
     try:
         import ale_py
         import cv2  # noqa: F401  (SB3's Atari wrappers resize with it)

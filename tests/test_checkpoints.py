@@ -582,6 +582,23 @@ def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_run_started_with_stderr_closed_trains_and_writes_its_files(tmp_path):
+    """`2>&-`: fd 2 closed. The start-up's copies of stderr (the quiet Ctrl-C, the quiet
+    TensorFlow import) must not crash on it; the run trains and writes its files."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(root, "a3c.py"), "--env", "CartPole-v1",
+                           "--workers", "2", "--max-steps", "400", "--no-plot", "--results-dir",
+                           str(tmp_path)], stdout=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(2))
+    assert done.returncode == 0, done.stdout
+    run_dir = done.stdout.strip().splitlines()[-1].split("results in ")[-1]
+    with open(os.path.join(run_dir, "episodes.csv")) as f:
+        assert f.readline().startswith("worker,episode,env_steps")
+
+
 @pytest.mark.parametrize("trial_episodes", [0, 5])
 def test_ctrl_c_during_set_up_says_nothing_was_trained(trial_episodes, tmp_path, capsys):
     # the probe, one env (a trial env if there are trials, else a worker's), then Ctrl-C
