@@ -62,7 +62,7 @@ from runlog import AnnealStart, EpisodeLog, RunHistory, display_available, plot_
 from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, check_results_dir,
                          checkpoint_note, latest_checkpoint, new_run_dir, part_seed, read_run,
                          read_run_info, restore_checkpoint, resume_history, resume_point,
-                         write_atomically)
+                         RunFolderLock, write_atomically)
 from best_agent import (EVAL_SEED, BestCheckpoint, GreedyPlayer, TrialSchedule, best_kept,
                         pick_checkpoint, run_greedy_episodes)
 from recording import Drawing, save_animation
@@ -664,14 +664,28 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
     0) of a cluster run, whose global net lives on the ps tasks (see ChiefLink). preamble: the
     first line to print, once the env and config are known to work.
 
-    Raises UsageError before anything is written when the env or config cannot work, re-raises
-    a worker's exception (after saving the checkpoint, the CSV and the plot) when a worker fails,
-    and raises Interrupted on a Ctrl-C during set-up or a second one during the final saves.
+    Raises UsageError before anything is written when the env or config cannot work (or another
+    process trains in resume_dir), re-raises a worker's exception (after saving the checkpoint,
+    the CSV and the plot) when a worker fails, and raises Interrupted on a Ctrl-C during set-up
+    or a second one during the final saves.
     """
+    folder_lock = RunFolderLock()  # held from when the run folder is known to train()'s end
+    try:
+        return train_holding(folder_lock, env_id, cfg, results_dir, show_plot, out, resume_dir,
+                             cluster, preamble)
+    finally:
+        folder_lock.release()
+
+
+def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_dir: str,
+                  show_plot: bool, out, resume_dir, cluster, preamble) -> dict:
+    """train(), taking folder_lock on its run folder as soon as it is known."""
     console = Console(out or sys.stdout)
     cfg.validate()
     spec = probe_spec(env_id, cfg)
     earlier = read_run_info(resume_dir) if resume_dir is not None else None
+    if resume_dir is not None:
+        folder_lock.take(resume_dir)
     part = len(earlier.get("resumed", [])) + 1 if earlier is not None else 0
     seed = part_seed(cfg.seed, part)
     if resume_dir is None:
@@ -694,6 +708,8 @@ def train(env_id: str, cfg: Config, results_dir: str = "results", show_plot: boo
                 remote = RemoteGlobal(ACNet, spec, cfg, cluster, server)
                 chief = ChiefLink(remote, v1.global_variables())
             run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
+            if resume_dir is None:
+                folder_lock.take(run_dir)
             checkpoints = Checkpoints(run_dir, cfg, env_id,
                                       save_lock=remote.local_params_lock if remote else round_lock,
                                       before_save=chief.download if chief else None)

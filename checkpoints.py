@@ -9,6 +9,11 @@ import os
 import re
 import threading
 
+try:
+    import fcntl
+except ImportError:  # (Windows: no lock)
+    fcntl = None
+
 import numpy as np
 
 import config as config_module
@@ -173,6 +178,41 @@ def new_run_dir(results_dir: str, env_id: str, seed: int) -> str:
         except OSError as exc:  # a file on the way, no permission, a read-only disk
             raise UsageError(f"cannot make a run folder under {results_dir} ({exc.strerror}: "
                              f"{exc.filename}); give --results-dir a folder you can write") from None
+
+
+class RunFolderLock:
+    """One process trains in a run folder at a time: a second one (a --resume of a run that is
+    still training) would interleave its rows into episodes.csv and its files into checkpoints/.
+    An flock on the folder's .lock file, which the OS lets go when the process ends, however it
+    ends (none where the platform has no fcntl)."""
+
+    FILE = ".lock"
+
+    def __init__(self):
+        self.file = None
+
+    def take(self, run_dir: str) -> None:
+        """Hold run_dir, or raise UsageError if another process holds it."""
+        if fcntl is None:
+            return
+        path = os.path.join(run_dir, self.FILE)
+        try:
+            file = open(path, "a")
+        except OSError as exc:
+            raise UsageError(f"cannot open {path} ({exc.strerror}): a run folder must be "
+                             f"writable to train in it") from None
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            file.close()
+            raise UsageError(f"{run_dir} is being trained by another process, which holds "
+                             f"{path}; let that run end or stop it, then --resume") from None
+        self.file = file
+
+    def release(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 def write_atomically(path: str, text: str) -> None:

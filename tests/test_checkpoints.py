@@ -582,6 +582,40 @@ def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_resume_of_a_run_that_is_still_training_is_refused_and_changes_nothing(tmp_path):
+    """Two trainers in one folder interleave episodes.csv and checkpoints/: the run is lost."""
+    import signal
+    import subprocess
+    import sys
+
+    a3c_py = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "a3c.py")
+    training = subprocess.Popen([sys.executable, a3c_py, "--env", "CartPole-v1", "--workers", "2",
+                                 "--max-steps", "10000000", "--max-episodes", "0", "--set",
+                                 "checkpoint_every_s=1", "--no-plot", "--results-dir",
+                                 str(tmp_path)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not glob.glob(str(tmp_path / "CartPole-v1" / "*" / "checkpoints" / "model-*.index")):
+            assert training.poll() is None and time.time() < deadline, "no checkpoint came"
+            time.sleep(0.2)
+        run_dir = glob.glob(str(tmp_path / "CartPole-v1" / "*"))[0]
+        with open(os.path.join(run_dir, "config.json")) as f:
+            info_before = f.read()
+        resume = subprocess.run([sys.executable, a3c_py, "--resume", run_dir, "--max-steps",
+                                 "10000001", "--no-plot"], capture_output=True, text=True,
+                                timeout=60)  # (a second trainer would run for minutes)
+        assert resume.returncode == 2, resume.stderr
+        assert resume.stdout == "" and len(resume.stderr.strip().splitlines()) == 1, resume.stderr
+        assert "is being trained by another process" in resume.stderr
+        with open(os.path.join(run_dir, "config.json")) as f:
+            assert f.read() == info_before  # (a resume rewrites it first thing)
+        assert training.poll() is None, "the first run still trains"
+    finally:
+        training.send_signal(signal.SIGTERM)
+        training.wait(timeout=60)
+
+
 def test_a_run_started_with_stderr_closed_trains_and_writes_its_files(tmp_path):
     """`2>&-`: fd 2 closed. The start-up's copies of stderr (the quiet Ctrl-C, the quiet
     TensorFlow import) must not crash on it; the run trains and writes its files."""
