@@ -802,8 +802,15 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
         final = log.progress()  # the workers have stopped: the clock stops too
         attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps)
         if "best_trials" not in stuck:  # else it may still be playing: best/ stays as it is
-            attempt("try the last candidates for the best checkpoint", best.try_final,
-                    sess, log, 10.0 if interrupted or error is not None else 60.0)
+            try:
+                attempt("try the last candidates for the best checkpoint", best.try_final,
+                        sess, log, 10.0 if interrupted or error is not None else 60.0)
+            except KeyboardInterrupt:  # the first Ctrl-C of a run that ended by itself: as one
+                if interrupted:        # during training, 10 s of trials, then the files
+                    raise
+                interrupted = True
+                attempt("try the last candidates for the best checkpoint", best.try_final,
+                        sess, log, 10.0)
         if stuck:  # closing what a running thread uses could crash the process or lose its rows
             warn(f"{', '.join(stuck)} did not stop within 30 s; the CSV, the session and the "
                  f"environments are left open for them")

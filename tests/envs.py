@@ -2,6 +2,8 @@
 
 Registered on import (conftest.py imports this module) under the ids below.
 """
+import threading
+
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
@@ -161,6 +163,24 @@ class InterruptingEnv(CountdownEnv):
         return super().step(action)
 
 
+class InterruptsTheFinalTrialsEnv(CountdownEnv):
+    """Countdown whose first step in the main thread after a worker's has stepped raises
+    KeyboardInterrupt, as one Ctrl-C does there: in the best agent's trials at the end of a run
+    (the workers and the trials during training step in threads of their own)."""
+
+    armed = False
+    interrupts_left = 1
+
+    def step(self, action):
+        cls = InterruptsTheFinalTrialsEnv
+        if threading.current_thread() is not threading.main_thread():
+            cls.armed = True
+        elif cls.armed and cls.interrupts_left > 0:
+            cls.interrupts_left -= 1
+            raise KeyboardInterrupt
+        return super().step(action)
+
+
 class PickOneEnv(gym.Env):
     """One-step episodes: reward 1 for action 1, 0 for action 0. A deterministic policy's mean
     return is 1 or 0 by which of its two logits is larger."""
@@ -200,6 +220,7 @@ class CueEnv(gym.Env):
 for name, cls in (("Countdown", CountdownEnv), ("Cue", CueEnv), ("PickOne", PickOneEnv), ("Failing", FailingEnv), ("BoxAction", BoxActionEnv),
                   ("NaNReward", NaNRewardEnv), ("ShiftedDiscrete", ShiftedDiscreteEnv),
                   ("Recording", RecordingEnv), ("Interrupting", InterruptingEnv),
-                  ("MultiDiscrete", MultiDiscreteEnv), ("Image", ImageEnv)):
+                  ("MultiDiscrete", MultiDiscreteEnv), ("Image", ImageEnv),
+                  ("InterruptsTheFinalTrials", InterruptsTheFinalTrialsEnv)):
     gym.register(f"A3CTest/{name}-v0", entry_point=cls)
 gym.register("A3CTest/Staggered-v0", entry_point=StaggeredEnv, max_episode_steps=5)

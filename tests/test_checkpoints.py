@@ -19,7 +19,7 @@ import console
 import environments
 import runlog
 import sessions
-from envs import InterruptingEnv, RecordingEnv
+from envs import InterruptingEnv, InterruptsTheFinalTrialsEnv, RecordingEnv
 from graphs import checkpoints_and_best
 from test_training import read_rows, refused, run_cli, train
 
@@ -580,6 +580,25 @@ def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(tmp_path):
     assert code == 130, err
     assert err.strip() == "a3c.py: interrupted while starting: nothing was written", err
     assert not (tmp_path / "runs").exists()
+
+
+def test_one_ctrl_c_in_the_last_trials_of_a_finished_run_still_writes_its_files(tmp_path):
+    """A run that reached its budget plays its last trials (up to 60 s, silent): a Ctrl-C there
+    is the user's first, so the trials get 10 s and every file is written, as during training."""
+    InterruptsTheFinalTrialsEnv.armed, InterruptsTheFinalTrialsEnv.interrupts_left = False, 1
+    try:
+        summary, _ = train("A3CTest/InterruptsTheFinalTrials-v0", tmp_path, max_episodes=120)
+    except console.Interrupted as exc:  # (a KeyboardInterrupt: it would end the whole session)
+        pytest.fail(f"one Ctrl-C stopped the finished run at once: {exc}")
+    assert InterruptsTheFinalTrialsEnv.interrupts_left == 0, "no Ctrl-C came in the last trials"
+    assert summary["interrupted"]
+    run_dir = summary["run_dir"]
+    assert os.path.getsize(os.path.join(run_dir, "rewards.png")) > 10_000
+    saved = checkpoints.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    assert int(saved.rsplit("-", 1)[1]) == summary["env_steps"]
+    with open(os.path.join(run_dir, "checkpoints", "best", "best.json")) as f:
+        assert json.load(f)["episode"] >= 100
+    assert len(read_rows(run_dir)) == 1 + 120
 
 
 def test_a_resume_of_a_run_that_is_still_training_is_refused_and_changes_nothing(tmp_path):
