@@ -50,8 +50,8 @@ from config import Config
 from cpus import cpu_layout
 from sessions import close_remote_session, open_session, session_callable, tf, v1, versions
 from console import (Console, Interrupted, OneLineParser, UsageError, WorkerError, attempt,
-                     counted, first_line, progress_line, repeated_stop, stop_like_ctrl_c, tell,
-                     warn)
+                     counted, first_line, is_ctrl_c, progress_line, repeated_stop,
+                     stop_like_ctrl_c, tell, warn)
 from environments import (ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec,
                           unused_setting_warnings)
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
@@ -747,7 +747,7 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
             attempt("tell the ps tasks to stop", chief.shutdown)
         if remote is not None:
             remote.close()
-        if not isinstance(exc, KeyboardInterrupt):
+        if not is_ctrl_c(exc):
             raise
         if resume_dir is not None:
             raise Interrupted(f"interrupted during set-up, before training started; "

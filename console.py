@@ -99,6 +99,15 @@ def attempt(what: str, step, *args):
         return None
 
 
+def is_ctrl_c(exc: BaseException) -> bool:
+    """A KeyboardInterrupt, or what pybind11 makes of one that lands while TensorFlow's C++ is
+    handling an error of its own (as it does while it builds the graph): a RuntimeError
+    "... MISMATCH of original and normalized active exception types: ... REPLACED BY
+    KeyboardInterrupt"."""
+    return isinstance(exc, KeyboardInterrupt) or (
+        isinstance(exc, RuntimeError) and "REPLACED BY KeyboardInterrupt" in str(exc))
+
+
 class Console:
     """Progress lines for the user. A console that goes away (`a3c.py ... | head`, a closed
     terminal) stops the lines, not the training: the run goes on to write its files."""
