@@ -474,7 +474,10 @@ def parse_value(name: str, text: str):
         if "tuple" in kind:
             if text.lower() == "none":  # no layers
                 return ()
-            return tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+            parts = text.replace("x", ",").split(",")
+            if not all(part.strip() for part in parts):  # "64,,64", "64,": a size left out
+                raise ValueError
+            return tuple(int(part) for part in parts)
     except ValueError:
         pass
     else:

@@ -36,6 +36,7 @@ import checkpoints  # noqa: E402
 import environments  # noqa: E402
 import runlog  # noqa: E402
 import sessions  # noqa: E402
+from console import UsageError  # noqa: E402
 import config as config_module  # noqa: E402
 from targets import (ATARI_TARGETS, CLEANRL_PPO_LAST_100, MUJOCO_STEPS, MUJOCO_TARGETS,  # noqa: E402
                      TARGETS)
@@ -76,16 +77,38 @@ def bare_loop_steps_per_s(env_id: str, seconds: float = 5.0) -> float:
     return rate
 
 
-def run_one(env_id: str, seed: int, overrides: dict, workdir: str, frames: int) -> dict:
-    target, atari = target_of(env_id), environments.is_atari(env_id)
-    mujoco = env_id in MUJOCO_TARGETS
+def run_config(env_id: str, seed: int, overrides: dict, frames: int):
+    """A run's config: the env's preset, the benchmark's budget, then the overrides."""
+    atari, mujoco = environments.is_atari(env_id), env_id in MUJOCO_TARGETS
     budget = (dict(max_episodes=None, max_steps=frames // environments.FRAME_SKIP) if atari  # frames
               else dict(max_episodes=None, max_steps=MUJOCO_STEPS) if mujoco
               else dict(max_episodes=TARGETS.get(env_id, (np.inf, 1000))[1]))
-    bare = bare_loop_steps_per_s(env_id) if mujoco else None
     preset = config_module.config_for(env_id, sync=overrides.get("sync_updates", False))
     cfg = dataclasses.replace(preset, seed=seed, **budget)
-    cfg = dataclasses.replace(cfg, **overrides)  # --set max_episodes=... may extend the budget
+    return dataclasses.replace(cfg, **overrides)  # --set max_episodes=... may extend the budget
+
+
+def check_runs(envs: list, seeds: list, sides: dict, frames: int) -> None:
+    """Every run's env and config, before the first one trains: a bad one would otherwise end
+    the benchmark after hours of the others, and take their table with it (UsageError)."""
+    if not (np.isfinite(frames) and frames >= 4):
+        raise UsageError(f"--frames must be a number >= 4, got {frames:g}")
+    for env_id in envs:
+        for overrides in sides.values():
+            for seed in seeds:
+                try:
+                    cfg = run_config(env_id, seed, overrides, int(frames))
+                    cfg.validate()
+                except ValueError as exc:
+                    raise UsageError(f"{env_id} seed {seed}: {exc}") from None
+            a3c.probe_spec(env_id, cfg)
+
+
+def run_one(env_id: str, seed: int, overrides: dict, workdir: str, frames: int) -> dict:
+    target, atari = target_of(env_id), environments.is_atari(env_id)
+    mujoco = env_id in MUJOCO_TARGETS
+    bare = bare_loop_steps_per_s(env_id) if mujoco else None
+    cfg = run_config(env_id, seed, overrides, frames)
     budget_text = (f"{cfg.max_steps * environments.FRAME_SKIP / 1e6:g}M frames" if atari and cfg.max_steps
                    else f"{cfg.max_steps / 1e6:g}M steps" if mujoco else f"{cfg.max_episodes} ep")
     summary = a3c.train(env_id, cfg, workdir, show_plot=False, out=io.StringIO())
@@ -274,11 +297,16 @@ def main(argv=None) -> int:
                         "writes results/mujoco.md and mujoco_<env>.png")
     parser.add_argument("--no-save", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
-    overrides = config_module.parse_overrides(args.set)
-    sides = {"plain": overrides}
     versus = ", ".join(args.versus)  # the variant's name in the tables
-    if args.versus:
-        sides[versus] = {**overrides, **config_module.parse_overrides(args.versus)}
+    try:
+        overrides = config_module.parse_overrides(args.set)
+        sides = {"plain": overrides}
+        if args.versus:
+            sides[versus] = {**overrides, **config_module.parse_overrides(args.versus)}
+        check_runs(args.envs, args.seeds, sides, args.frames)
+    except (ValueError, UsageError) as exc:
+        print(f"learning.py: error: {exc}", file=sys.stderr)
+        return 2
 
     results = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as scratch:

@@ -357,6 +357,27 @@ def test_cli_refuses_bad_values_in_one_line(argv, words, capsys, tmp_path):
     assert_refused(["--env", "CartPole-v1"] + argv, capsys, tmp_path, *words)
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--envs", "Nope-v0"], ["cannot make environment 'Nope-v0'"]),
+    (["--envs", "CartPole-v1", "Nope-v0", "--set", "max_episodes=2"], ["'Nope-v0'"]),
+    (["--envs", "CartPole-v1", "--seeds", "-1"], ["CartPole-v1 seed -1", "seed must be in"]),
+    (["--envs", "CartPole-v1", "--versus", "nope=1"], ["unknown config key 'nope'"]),
+    (["--envs", "CartPole-v1", "--set", "actor_hidden=64,,64"], ["bad value for actor_hidden"]),
+    (["--envs", "CartPole-v1", "--frames", "nan"], ["--frames must be a number"]),
+])
+def test_the_learning_benchmark_refuses_bad_runs_in_one_line_before_any_trains(
+        argv, words, capsys, tmp_path):
+    import learning
+
+    assert learning.main(argv + ["--seeds", "1"] * ("--seeds" not in argv) +
+                         ["--keep-runs", str(tmp_path / "runs"), "--out", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured.err
+    for word in words:
+        assert word in captured.err
+    assert not (tmp_path / "runs").exists() and list(tmp_path.iterdir()) == []
+
+
 def test_cli_rejects_malformed_flags_with_exit_2_in_one_line(capsys):
     for argv, flag in ((["--workers", "many"], "--workers"), (["--no-such-flag"], "--no-such-flag")):
         with pytest.raises(SystemExit) as exit_info:
