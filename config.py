@@ -472,7 +472,7 @@ def parse_value(name: str, text: str):
         if "float" in kind:
             return float(text)
         if "tuple" in kind:
-            if text.lower() == "none":  # no layers
+            if text.lower() in ("none", ""):  # no layers
                 return ()
             parts = text.replace("x", ",").split(",")
             if not all(part.strip() for part in parts):  # "64,,64", "64,": a size left out
