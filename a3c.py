@@ -1262,6 +1262,9 @@ def main(argv=None, command_line: bool = False) -> int:
                 signal.signal(number, stop_like_ctrl_c if args.cluster is None or name == "SIGINT"
                               else stop_like_ctrl_c_or_exit)
     try:
+        if args.results_dir is not None and not args.results_dir.strip():
+            raise UsageError("--results-dir is empty: give it a folder, or leave it out for "
+                             "results/")
         refuse_flags_of_the_other_mode(args)
         if args.eval is not None:
             if args.cluster is not None or args.job is not None or args.task is not None:

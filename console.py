@@ -46,8 +46,26 @@ class Interrupted(KeyboardInterrupt):
     what is true of the run at that point."""
 
 
+class StoreOnce(argparse._StoreAction):
+    """A flag that takes a value, refused the second time: `--max-steps 1e4 ... --max-steps 500`
+    means one of them by mistake, and which is not ours to guess (argparse keeps the last)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_flags_given", set())
+        if self.dest in given:
+            parser.error(f"{'/'.join(self.option_strings)} is given twice; give it once")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """A bad flag gets one line, like every other bad input, not argparse's usage block."""
+    """A bad flag gets one line, like every other bad input, not argparse's usage block; a flag
+    that takes a value takes it once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, StoreOnce)
+        self.register("action", "store", StoreOnce)
 
     def error(self, message):
         tell(sys.stderr, f"{self.prog}: error: {message} (python {self.prog} --help lists the flags)")

@@ -387,6 +387,21 @@ def test_cli_rejects_malformed_flags_with_exit_2_in_one_line(capsys):
         assert len(err.splitlines()) == 1, err
     refused(["--max-steps", "lots"], capsys, "--max-steps lots", "bad value for max_steps")
     refused(["--max-episodes", "-5"], capsys, "--max-episodes -5: must be >= 0")
+    # argparse would keep the last of a flag given twice: one of them is a mistake
+    for argv, flag in ((["--max-episodes", "3", "--max-episodes", "5"], "--max-episodes"),
+                       (["--max-steps", "1e4", "--max-st=500"], "--max-steps"),
+                       (["--results-dir", "a", "--results-dir", "b"], "--results-dir")):
+        with pytest.raises(SystemExit) as exit_info:
+            a3c.main(argv)
+        err = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and f"{flag} is given twice" in err, err
+        assert len(err.splitlines()) == 1, err
+
+
+def test_an_empty_results_dir_is_refused_not_taken_for_results(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    refused(["--env", "CartPole-v1", "--results-dir", ""], capsys, "--results-dir is empty")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_results_dir_is_refused_where_no_new_run_folder_is_made(capsys, tmp_path):
