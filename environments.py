@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import re
 import warnings
 
 import gymnasium as gym
@@ -154,7 +155,28 @@ class GymEnvs:
             env.close()
 
 
+def old_atari_id(env_id: str):
+    """The ALE/<Game>-v5 id to use instead of an Atari id without the prefix (Pong-v4,
+    PongNoFrameskip-v4, Breakout-v5, ...), or None. Registers ale-py's ids only for an id that
+    is not registered yet: the refusal path, or an id already known to be ale-py's."""
+    registered = gym.registry.get(env_id)
+    if registered is not None and "ale_py" not in str(registered.entry_point):
+        return None
+    name = re.sub(r"(NoFrameskip|Deterministic)?-v\d+$", "", env_id)
+    try:
+        import ale_py
+        gym.register_envs(ale_py)
+    except ImportError:
+        return None
+    suggestion = f"{ATARI_PREFIX}{name}-v5"
+    return suggestion if suggestion in gym.registry else None
+
+
 def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
+    if env_id in gym.registry and "ale_py" in str(gym.registry[env_id].entry_point) \
+            and not is_atari(env_id):  # (registered by an earlier ALE/ id in this process)
+        raise UsageError(f"{env_id}: only the {ATARI_PREFIX}<Game>-v5 ids of Atari games are "
+                         f"supported; use {old_atari_id(env_id)}")
     kwargs = {"disable_env_checker": True}
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
@@ -172,6 +194,10 @@ def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
         try:
             env = gym.make(env_id, **kwargs)
         except Exception as exc:  # gymnasium raises several types for unknown or broken ids
+            instead = old_atari_id(env_id) if unregistered else None
+            if instead is not None:
+                raise UsageError(f"{env_id}: only the {ATARI_PREFIX}<Game>-v5 ids of Atari "
+                                 f"games are supported; use {instead}") from None
             raise UsageError(f"cannot make environment '{env_id}': {first_line(exc)} "
                              f"(gymnasium.pprint_registry() lists the known ids)") from exc
     for warning in said:

@@ -551,6 +551,10 @@ def test_atari_envs_take_any_seed_the_config_allows():
 @pytest.mark.parametrize("env_id, words", [
     ("ALE/Pong-v4", ["only the ALE/<Game>-v5 ids", "ALE/Pong-v5"]),
     ("ALE/NoSuchGame-v5", ["ALE/NoSuchGame-v5", "pprint_registry"]),
+    # ale-py's ids without the prefix (registered with ALE/'s, or never: Breakout-v5)
+    ("Pong-v4", ["Pong-v4: only the ALE/<Game>-v5 ids", "use ALE/Pong-v5"]),
+    ("PongNoFrameskip-v4", ["only the ALE/<Game>-v5 ids", "use ALE/Pong-v5"]),
+    ("Breakout-v5", ["only the ALE/<Game>-v5 ids", "use ALE/Breakout-v5"]),
 ])
 def test_cli_refuses_atari_ids_it_cannot_run(env_id, words, capsys, tmp_path):
     refused(["--env", env_id, "--results-dir", str(tmp_path / "out"), "--no-plot"], capsys, *words)
