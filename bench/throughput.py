@@ -185,6 +185,10 @@ def main(argv=None) -> int:
         child(env_id, int(workers), int(per_worker), int(steps), int(repeats), args.set)
         return 0
 
+    for flag, values in (("--workers", args.workers), ("--envs-per-worker", args.envs_per_worker),
+                         ("--repeats", [args.repeats])):
+        if min(values) < 1:
+            parser.error(f"{flag} must be >= 1, got {min(values)}")
     overrides = {}  # (env, variant) -> its overrides: a bad one fails now, not after an hour
     for variant in [""] + args.variant:
         for env_id in args.envs:

@@ -650,6 +650,10 @@ def test_throughput_variants_keep_list_values_whole_and_bad_ones_are_refused_bef
     with pytest.raises(SystemExit) as exit_info:  # --set alone is checked the same way
         throughput.main(["--envs", PONG, "--set", "seed=3", "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2 and "--set: seed is set by the grid" in capsys.readouterr().err
+    for flag in ("--workers", "--envs-per-worker", "--repeats"):  # a grid value that cannot run
+        with pytest.raises(SystemExit) as exit_info:
+            throughput.main(["--envs", PONG, flag, "0", "--out", str(tmp_path / "out")])
+        assert exit_info.value.code == 2 and f"{flag} must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "out").exists(), "refused before anything was timed or written"
 
 
