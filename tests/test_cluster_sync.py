@@ -288,9 +288,9 @@ def sync_worker_lost(tmp_path_factory):
     results = os.path.join(folder, "results")
     # two worker threads a process (the resumed runs' too): a round's stop must release the
     # thread that waits on the ps and the one that waits for it alike
-    proc = launch([*PENDULUM, "--workers", "2", "--sync", "--cluster", "local:2",
-                   "--results-dir", results, "--max-episodes", "0", "--max-steps", "100000000",
-                   "--set", "best_trial_episodes=0"], folder)
+    proc = launch([*PENDULUM[:2], "--workers", "2", *PENDULUM[4:], "--sync", "--cluster",
+                   "local:2", "--results-dir", results, "--max-episodes", "0", "--max-steps",
+                   "100000000", "--set", "best_trial_episodes=0"], folder)
     try:
         def process_1_played():
             assert proc.poll() is None, output(folder, "stderr")
