@@ -806,7 +806,7 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
                 attempt("try the last candidates for the best checkpoint", best.try_final,
                         sess, log, 10.0 if interrupted or error is not None else 60.0)
             except KeyboardInterrupt:  # the first Ctrl-C of a run that ended by itself: as one
-                if interrupted:        # during training, 10 s of trials, then the files
+                if interrupted or error is not None:  # in training, 10 s of trials, then files
                     raise
                 interrupted = True
                 attempt("try the last candidates for the best checkpoint", best.try_final,
@@ -1069,6 +1069,7 @@ DEFAULT_ENV = "Pendulum-v1"
 
 def parse_args(argv):
     parser = OneLineParser(
+        allow_abbrev=False,  # (--clus would stay in the argv local:N passes on, beside --cluster)
         description="Threaded A3C (TF1 graph mode) on a gymnasium environment. "
                     "Hyperparameters live in config.py; any field can be set with --set.")
     parser.add_argument("--env", help=f"gymnasium id (default {DEFAULT_ENV}); "
@@ -1307,6 +1308,9 @@ def main(argv=None, command_line: bool = False) -> int:
                              "it off)")
         if isinstance(cluster, int):
             if args.resume is not None:  # a run that cannot go on: refused before any process starts
+                folder_lock = RunFolderLock()  # (free now: the chief takes it for good)
+                folder_lock.take(args.resume)
+                folder_lock.release()
                 checkpoint = latest_checkpoint(os.path.join(args.resume, CHECKPOINT_FOLDER))
                 try:
                     steps = int(v1.train.load_variable(checkpoint, ENV_STEPS_VARIABLE))

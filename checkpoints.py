@@ -203,10 +203,15 @@ class RunFolderLock:
                              f"writable to train in it") from None
         try:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:
             file.close()
             raise UsageError(f"{run_dir} is being trained by another process, which holds "
                              f"{path}; let that run end or stop it, then --resume") from None
+        except OSError as exc:  # a file system without locks (some network ones): train unlocked
+            file.close()
+            warn(f"cannot lock {path} ({exc.strerror}): nothing stops another process from "
+                 f"training in {run_dir} at the same time")
+            return
         self.file = file
 
     def release(self) -> None:

@@ -635,6 +635,21 @@ def test_a_resume_of_a_run_that_is_still_training_is_refused_and_changes_nothing
         training.wait(timeout=60)
 
 
+def test_a_run_folder_that_cannot_be_locked_is_trained_unlocked_with_a_warning(
+        tmp_path, monkeypatch, capsys):
+    """Some network file systems have no flock (ENOLCK): that is no other process's run."""
+    import errno
+
+    def no_locks(file, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+    monkeypatch.setattr(checkpoints.fcntl, "flock", no_locks)
+    lock = checkpoints.RunFolderLock()
+    lock.take(str(tmp_path))
+    lock.release()
+    err = capsys.readouterr().err
+    assert "cannot lock" in err and "another process" in err
+
+
 def test_a_run_started_with_stderr_closed_trains_and_writes_its_files(tmp_path):
     """`2>&-`: fd 2 closed. The start-up's copies of stderr (the quiet Ctrl-C, the quiet
     TensorFlow import) must not crash on it; the run trains and writes its files."""

@@ -111,6 +111,10 @@ def stopped_run(tmp_path_factory):
             found = csv_rows(results)
             return found if found and ((found[0]["process"] == 1)
                                        & (found[0]["wall_s"] > after)).any() else None
+        _, run_dir = wait_for(process_1_played, 150, "episodes of worker process 1")
+        resumed_beside = subprocess.run([sys.executable, A3C, "--resume", run_dir, "--max-steps",
+                                         "100000001", "--cluster", "local:2", "--no-plot"],
+                                        capture_output=True, text=True, timeout=60)
         rows, run_dir = wait_for(process_1_played, 150, "episodes of worker process 1")
         [worker_1] = [pid for pid in processes_mentioning(results)
                       if command_line(pid)[-4:] == ["--job", "worker", "--task", "1"]]
@@ -138,9 +142,18 @@ def stopped_run(tmp_path_factory):
                 p.kill()
     left = processes_mentioning(results)
     return dict(code=code, took=took, again_code=again_code, folder=folder, results=results, run_dir=run_dir,
+                resumed_beside=resumed_beside,
                 killed_at=killed_at, silent_rows=silent_rows, rejoined_at=rejoined_at, left=left,
                 stderr=output(folder, "stderr"), stdout=output(folder, "stdout"),
                 again=output(os.path.join(folder, "again"), "stdout"))
+
+
+def test_a_local_resume_of_a_cluster_run_still_training_is_refused_before_its_processes_start(
+        stopped_run):
+    resumed = stopped_run["resumed_beside"]
+    assert resumed.returncode == 2, resumed.stderr
+    assert len(resumed.stderr.strip().splitlines()) == 1, resumed.stderr  # (no child's lines)
+    assert "is being trained by another process" in resumed.stderr
 
 
 def test_a_killed_launcher_leaves_no_process_and_its_ps_serves_the_chiefs_last_save(stopped_run):

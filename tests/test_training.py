@@ -389,13 +389,18 @@ def test_cli_rejects_malformed_flags_with_exit_2_in_one_line(capsys):
     refused(["--max-episodes", "-5"], capsys, "--max-episodes -5: must be >= 0")
     # argparse would keep the last of a flag given twice: one of them is a mistake
     for argv, flag in ((["--max-episodes", "3", "--max-episodes", "5"], "--max-episodes"),
-                       (["--max-steps", "1e4", "--max-st=500"], "--max-steps"),
+                       (["--max-steps", "1e4", "--max-steps=500"], "--max-steps"),
                        (["--results-dir", "a", "--results-dir", "b"], "--results-dir")):
         with pytest.raises(SystemExit) as exit_info:
             a3c.main(argv)
         err = capsys.readouterr().err.strip()
         assert exit_info.value.code == 2 and f"{flag} is given twice" in err, err
         assert len(err.splitlines()) == 1, err
+    # no abbreviations: local:N passes its argv on with --cluster, where --clus would stay too
+    with pytest.raises(SystemExit) as exit_info:
+        a3c.main(["--env", "Pendulum-v1", "--clus", "local:2"])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "unrecognized arguments: --clus" in err, err
 
 
 def test_an_empty_results_dir_is_refused_not_taken_for_results(capsys, tmp_path, monkeypatch):
