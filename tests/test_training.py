@@ -378,7 +378,8 @@ def test_the_learning_benchmark_refuses_bad_runs_in_one_line_before_any_trains(
     assert not (tmp_path / "runs").exists() and list(tmp_path.iterdir()) == []
 
 
-def test_cli_rejects_malformed_flags_with_exit_2_in_one_line(capsys):
+def test_cli_rejects_malformed_flags_with_exit_2_in_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (a flag let through would train into ./results)
     for argv, flag in ((["--workers", "many"], "--workers"), (["--no-such-flag"], "--no-such-flag")):
         with pytest.raises(SystemExit) as exit_info:
             a3c.main(argv)
