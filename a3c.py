@@ -684,8 +684,6 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
     cfg.validate()
     spec = probe_spec(env_id, cfg)
     earlier = read_run_info(resume_dir) if resume_dir is not None else None
-    if resume_dir is not None:
-        folder_lock.take(resume_dir)
     part = len(earlier.get("resumed", [])) + 1 if earlier is not None else 0
     seed = part_seed(cfg.seed, part)
     if resume_dir is None:
@@ -719,6 +717,8 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
         team.open()
         sess = team.sess
         history = resume_history(sess, checkpoints, run_dir, cfg, earlier) if resume_dir else None
+        if resume_dir is not None:  # now that nothing refuses the resume, before it writes
+            folder_lock.take(resume_dir)
         team.make_workers(env_id)
         write_atomically(os.path.join(run_dir, "config.json"), json.dumps(
             run_info(env_id, cfg, spec, team.layout, seed, history, earlier, cluster), indent=2))
