@@ -27,7 +27,6 @@ and console.py.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
 import signal
@@ -48,7 +47,7 @@ import cluster as cluster_module
 import config as config_module
 from config import Config
 from cpus import cpu_layout
-from sessions import close_remote_session, open_session, session_callable, tf, v1, versions
+from sessions import close_remote_session, open_session, session_callable, tf, v1
 from console import (Console, Interrupted, OneLineParser, UsageError, WorkerError, attempt,
                      counted, first_line, is_ctrl_c, progress_line, repeated_stop,
                      stop_like_ctrl_c, tell, warn)
@@ -62,7 +61,7 @@ from runlog import AnnealStart, EpisodeLog, RunHistory, display_available, plot_
 from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, check_results_dir,
                          checkpoint_note, latest_checkpoint, new_run_dir, part_seed, read_run,
                          read_run_info, restore_checkpoint, resume_history, resume_point,
-                         RunFolderLock, write_atomically)
+                         run_info, RunFolderLock, write_atomically)
 from best_agent import (EVAL_SEED, BestCheckpoint, GreedyPlayer, TrialSchedule, best_kept,
                         pick_checkpoint, run_greedy_episodes)
 from recording import Drawing, save_animation
@@ -684,6 +683,8 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
     cfg.validate()
     spec = probe_spec(env_id, cfg)
     earlier = read_run_info(resume_dir) if resume_dir is not None else None
+    if resume_dir is not None:
+        folder_lock.take(resume_dir)
     part = len(earlier.get("resumed", [])) + 1 if earlier is not None else 0
     seed = part_seed(cfg.seed, part)
     if resume_dir is None:
@@ -717,11 +718,10 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
         team.open()
         sess = team.sess
         history = resume_history(sess, checkpoints, run_dir, cfg, earlier) if resume_dir else None
-        if resume_dir is not None:  # now that nothing refuses the resume, before it writes
-            folder_lock.take(resume_dir)
         team.make_workers(env_id)
         write_atomically(os.path.join(run_dir, "config.json"), json.dumps(
-            run_info(env_id, cfg, spec, team.layout, seed, history, earlier, cluster), indent=2))
+            run_info(env_id, cfg, learning_rates(cfg, spec), team.layout, seed, history, earlier,
+                     None if cluster is None else cluster.shape), indent=2))
         summary_writer = v1.summary.FileWriter(run_dir, team.graph)
         worker_log = None
         if chief is not None:  # the ps tasks take this process's net, slots and counters
@@ -839,26 +839,6 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
     if error is not None:
         raise error
     return final
-
-
-def run_info(env_id: str, cfg: Config, spec: EnvSpec, layout, seed: int,
-             history: typing.Optional[RunHistory], earlier: typing.Optional[dict], cluster) -> dict:
-    """What config.json records of a run: its env and config, the rates in force, how it was
-    started, and each time it was resumed (a resume keeps the history and adds itself)."""
-    info = {"env": env_id, "config": dataclasses.asdict(cfg),
-            "effective_learning_rates": learning_rates(cfg, spec),
-            "argv": sys.argv, "versions": versions(),
-            "cpus": None if layout is None else {"workers": sorted(layout.workers),
-                                                 "tensorflow_ops": sorted(layout.ops)}}
-    if history is not None:
-        info["resumed"] = earlier.get("resumed", []) + [
-            {"argv": sys.argv, "env_steps": history.env_steps, "seed": seed,
-             "anneal_start": history.anneal_start._asdict(),
-             "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
-        info["argv"] = earlier.get("argv")
-    if cluster is not None:
-        info["cluster"] = cluster.shape
-    return info
 
 
 def supervise(coord, log: EpisodeLog, checkpoints: "Checkpoints", sess, cfg: Config,
@@ -1308,9 +1288,7 @@ def main(argv=None, command_line: bool = False) -> int:
                              "it off)")
         if isinstance(cluster, int):
             if args.resume is not None:  # a run that cannot go on: refused before any process starts
-                folder_lock = RunFolderLock()  # (free now: the chief takes it for good)
-                folder_lock.take(args.resume)
-                folder_lock.release()
+                RunFolderLock.refuse_if_held(args.resume)  # (the chief takes it for good)
                 checkpoint = latest_checkpoint(os.path.join(args.resume, CHECKPOINT_FOLDER))
                 try:
                     steps = int(v1.train.load_variable(checkpoint, ENV_STEPS_VARIABLE))

@@ -2,12 +2,15 @@
 RMSProp slots and env step count, and where a resumed run continues from."""
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 import json
 import os
 import re
+import sys
 import threading
+import typing
 
 try:
     import fcntl
@@ -21,7 +24,7 @@ from config import Config
 from console import UsageError, counted, first_line, warn
 from runlog import (MEND_EPISODES, AnnealStart, RunHistory, anneal_used, annealed_fraction,
                     budget_used, read_episodes)
-from sessions import tf, v1
+from sessions import tf, v1, versions
 
 
 CHECKPOINT_FOLDER = "checkpoints"
@@ -180,44 +183,68 @@ def new_run_dir(results_dir: str, env_id: str, seed: int) -> str:
                              f"{exc.filename}); give --results-dir a folder you can write") from None
 
 
+def run_info(env_id: str, cfg: Config, learning_rates: dict, layout, seed: int,
+             history: typing.Optional[RunHistory], earlier: typing.Optional[dict],
+             cluster_shape: typing.Optional[dict]) -> dict:
+    """What config.json records of a run: its env and config, the rates in force, how it was
+    started, and each time it was resumed (a resume keeps the history and adds itself)."""
+    info = {"env": env_id, "config": dataclasses.asdict(cfg),
+            "effective_learning_rates": learning_rates,
+            "argv": sys.argv, "versions": versions(),
+            "cpus": None if layout is None else {"workers": sorted(layout.workers),
+                                                 "tensorflow_ops": sorted(layout.ops)}}
+    if history is not None:
+        info["resumed"] = earlier.get("resumed", []) + [
+            {"argv": sys.argv, "env_steps": history.env_steps, "seed": seed,
+             "anneal_start": history.anneal_start._asdict(),
+             "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
+        info["argv"] = earlier.get("argv")
+    if cluster_shape is not None:
+        info["cluster"] = cluster_shape
+    return info
+
+
 class RunFolderLock:
     """One process trains in a run folder at a time: a second one (a --resume of a run that is
     still training) would interleave its rows into episodes.csv and its files into checkpoints/.
-    An flock on the folder's .lock file, which the OS lets go when the process ends, however it
-    ends (none where the platform has no fcntl)."""
-
-    FILE = ".lock"
+    An flock on the folder itself, which writes nothing there and which the OS lets go when the
+    process ends, however it ends (none where the platform has no fcntl)."""
 
     def __init__(self):
-        self.file = None
+        self.fd = None
 
     def take(self, run_dir: str) -> None:
         """Hold run_dir, or raise UsageError if another process holds it."""
         if fcntl is None:
             return
-        path = os.path.join(run_dir, self.FILE)
         try:
-            file = open(path, "a")
+            fd = os.open(run_dir, os.O_RDONLY)
         except OSError as exc:
-            raise UsageError(f"cannot open {path} ({exc.strerror}): a run folder must be "
-                             f"writable to train in it") from None
+            raise UsageError(f"cannot open {run_dir} ({exc.strerror})") from None
         try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            file.close()
-            raise UsageError(f"{run_dir} is being trained by another process, which holds "
-                             f"{path}; let that run end or stop it, then --resume") from None
+            os.close(fd)
+            raise UsageError(f"{run_dir} is being trained by another process; let that run end "
+                             f"or stop it, then --resume") from None
         except OSError as exc:  # a file system without locks (some network ones): train unlocked
-            file.close()
-            warn(f"cannot lock {path} ({exc.strerror}): nothing stops another process from "
-                 f"training in {run_dir} at the same time")
+            os.close(fd)
+            warn(f"cannot lock {run_dir} ({exc.strerror}): nothing stops another process from "
+                 f"training in it at the same time")
             return
-        self.file = file
+        self.fd = fd
 
     def release(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    @classmethod
+    def refuse_if_held(cls, run_dir: str) -> None:
+        """UsageError if another process trains in run_dir now."""
+        lock = cls()
+        lock.take(run_dir)
+        lock.release()
 
 
 def write_atomically(path: str, text: str) -> None:

@@ -395,9 +395,6 @@ def test_resume_continues_the_counters_the_csv_and_the_plot(tmp_path, capsys):
 ])
 def test_resume_refuses_what_would_change_the_run_and_writes_nothing(argv, words, trained_run,
                                                                       capsys):
-    lock = os.path.join(trained_run, checkpoints.RunFolderLock.FILE)
-    if os.path.exists(lock):  # as in a run folder of an earlier version: not even .lock is made
-        os.remove(lock)
     entries = sorted(os.listdir(trained_run))
     before = {name: open(os.path.join(trained_run, name)).read()
               for name in ("episodes.csv", "config.json")}
