@@ -201,26 +201,8 @@ class BestCheckpoint:
             self.write(sess)
 
     def play(self, should_stop) -> typing.Optional[float]:
-        """The candidate's mean raw return over one episode in each trial env, all stepped
-        together (None if should_stop() said so first). An episode still going after
-        TRIAL_STEP_LIMIT steps (an env without a time limit) counts as cut there."""
-        envs = self.trial_envs
-        obs = envs.reset(TRIAL_SEED + np.arange(len(envs))).astype(self.obs_dtype)  # as fed
-        self.greedy.start()
-        returns, playing = np.zeros(len(envs)), np.ones(len(envs), bool)
-        for _ in range(TRIAL_STEP_LIMIT):
-            if not playing.any():
-                break
-            if should_stop():
-                return None
-            next_obs, rewards, terminated, truncated = envs.step(self.greedy(obs))
-            returns += rewards * playing
-            obs = np.array(next_obs, dtype=obs.dtype)
-            for k in np.flatnonzero(np.logical_or(terminated, truncated)):
-                playing[k] = False  # an env that has played its episode plays on, unscored
-                obs[k] = envs.restart(k)
-                self.greedy.restart(k)
-        return float(returns.mean())
+        """The candidate's trial score (None if should_stop() said so first)."""
+        return play_trial(self.trial_envs, self.greedy, self.obs_dtype, should_stop)
 
     def write(self, sess) -> bool:
         """Write the best not yet on disk; True if it did. At every instant best/ holds a whole,
@@ -377,6 +359,29 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
         raise UsageError(f"--checkpoint {which}: no such checkpoint; give best, latest or a "
                          f"checkpoint's path without its suffix, e.g. {example}")
     return path, path
+
+
+def play_trial(envs, greedy: GreedyPlayer, obs_dtype, should_stop=lambda: False
+               ) -> typing.Optional[float]:
+    """A best-agent trial: the mean raw return of one episode in each of the envs, all stepped
+    together from the trial start states (None if should_stop() said so first). An episode still
+    going after TRIAL_STEP_LIMIT steps (an env without a time limit) counts as cut there."""
+    obs = envs.reset(TRIAL_SEED + np.arange(len(envs))).astype(obs_dtype)  # as fed
+    greedy.start()
+    returns, playing = np.zeros(len(envs)), np.ones(len(envs), bool)
+    for _ in range(TRIAL_STEP_LIMIT):
+        if not playing.any():
+            break
+        if should_stop():
+            return None
+        next_obs, rewards, terminated, truncated = envs.step(greedy(obs))
+        returns += rewards * playing
+        obs = np.array(next_obs, dtype=obs.dtype)
+        for k in np.flatnonzero(np.logical_or(terminated, truncated)):
+            playing[k] = False  # an env that has played its episode plays on, unscored
+            obs[k] = envs.restart(k)
+            greedy.restart(k)
+    return float(returns.mean())
 
 
 def run_greedy_episodes(env, greedy, episodes: int, record: bool,
