@@ -273,7 +273,11 @@ def read_run(run_dir: str) -> tuple[str, Config]:
         cfg = config_module.from_dict(saved["config"])
         cfg.validate()  # a hand-edited value must be refused here, not crash the graph's build
         return saved["env"], cfg
-    except (ValueError, KeyError, TypeError) as exc:
+    except KeyError as exc:
+        raise UsageError(f"{run_dir} is not a readable run folder (its config.json has no "
+                         f"{exc} entry); pass a folder that a3c.py wrote, e.g. "
+                         f"results/Pendulum-v1/<run>") from None
+    except (ValueError, TypeError) as exc:
         raise UsageError(f"{run_dir} is not a readable run folder ({exc}); pass a folder that "
                          f"a3c.py wrote, e.g. results/Pendulum-v1/<run>") from None
 

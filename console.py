@@ -143,9 +143,10 @@ class Console:
 def progress_line(p: dict) -> str:
     """Before the first 100 episodes the running mean is over fewer, and says over how many."""
     best = f"{p['best_running']:.1f}" if math.isfinite(p["best_running"]) else "n/a"
-    window = p["window"] or 100  # (no episode yet: nan, under the usual label)
+    window = p["window"] or 100  # (no episode yet: n/a, under the usual label)
+    running = f"{p['running']:.1f}" if p["window"] else "n/a"
     return (f"episodes {p['episodes']:>6} | env steps {p['env_steps']:>10,} | "
-            f"{p['steps_per_s']:>7,.0f} steps/s | {f'mean-{window} return':<15} {p['running']:8.1f} | "
+            f"{p['steps_per_s']:>7,.0f} steps/s | {f'mean-{window} return':<15} {running:>8} | "
             f"best mean-100 {best} | {p['wall_s']:.0f} s")
 
 

@@ -172,6 +172,15 @@ def test_eval_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
     refused(["--eval", str(tmp_path / "missing")], capsys, "not a readable run folder")
 
 
+@pytest.mark.parametrize("saved, words", [
+    ({}, "its config.json has no 'config' entry"),
+    ({"config": {}}, "its config.json has no 'env' entry"),
+])
+def test_eval_names_what_a_config_json_lacks(saved, words, tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    refused(["--eval", str(tmp_path)], capsys, "not a readable run folder", words)
+
+
 def test_eval_refuses_a_run_without_checkpoints(trained_run, tmp_path, capsys):
     empty_run = tmp_path / "run"
     empty_run.mkdir()
@@ -1035,6 +1044,7 @@ def test_a_kill_between_the_best_agents_files_and_its_label_leaves_the_earlier_b
 
 def test_the_progress_line_says_how_many_episodes_its_running_mean_is_over(tmp_path):
     _, _, log, _, play, _, close = best_agent_fixture(tmp_path)
+    assert "mean-100 return      n/a | best mean-100 n/a" in console.progress_line(log.progress())
     play([1.0] * 37)
     assert "mean-37 return" in console.progress_line(log.progress())
     play([1.0] * 70)
