@@ -414,8 +414,9 @@ class Worker:
         self.state = tuple(np.zeros((len(self.envs), self.cfg.lstm_units), np.float32)
                            for _ in net.state_in)
 
-    def rollout(self) -> list:
-        """Act n_steps in every env; return (env index, raw return, length) of episodes that ended.
+    def rollout(self) -> typing.Optional[list]:
+        """Act n_steps in every env; return (env index, raw return, length) of episodes that ended,
+        or None if the run stopped meanwhile (a long rollout must not hold up a Ctrl-C).
 
         Per step: one session call for all E actions, E env steps, and whole-row NumPy writes
         (per-env scalar writes cost more than the step of a cheap env)."""
@@ -423,6 +424,8 @@ class Worker:
         finished = []
         self.rollout_state = self.state  # the training unroll starts from it
         for t in range(self.cfg.n_steps):
+            if self.coord.should_stop():
+                return None
             self.rollout_obs[t] = self.obs
             if self.chosen_actions is None:
                 self.chosen_actions = self.act(self.obs, *self.state, *self.act_schedule)
@@ -479,6 +482,8 @@ class Worker:
         self.act_schedule = tuple(np.float32(log.lr_fraction()) for _ in self.act_schedule)
         while not coord.should_stop():
             finished = self.rollout()
+            if finished is None:
+                break
             log.add_steps(steps_per_rollout)
             lr_fraction = log.lr_fraction()
             try:
@@ -695,6 +700,7 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
         console.say(preamble)
 
     run_dir, team, best, remote, chief = resume_dir, None, None, None, None
+    earlier_text = None  # a resumed run's config.json as it was, once set-up rewrites it
     # --sync: a round's update holds this lock; so do the best agent's copy and (in one process)
     # the saves. A cluster's saves wait on its local copy's lock instead (RemoteGlobal): the
     # chief's watch must never wait a round.
@@ -719,6 +725,9 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
         sess = team.sess
         history = resume_history(sess, checkpoints, run_dir, cfg, earlier) if resume_dir else None
         team.make_workers(env_id)
+        if resume_dir is not None:  # put back if set-up stops here: the resume never began
+            with open(os.path.join(run_dir, "config.json")) as f:
+                earlier_text = f.read()
         write_atomically(os.path.join(run_dir, "config.json"), json.dumps(
             run_info(env_id, cfg, learning_rates(cfg, spec), team.layout, seed, history, earlier,
                      None if cluster is None else cluster.shape), indent=2))
@@ -747,6 +756,9 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
             attempt("tell the ps tasks to stop", chief.shutdown)
         if remote is not None:
             remote.close()
+        if earlier_text is not None:
+            attempt("put config.json back", write_atomically,
+                    os.path.join(run_dir, "config.json"), earlier_text)
         if not is_ctrl_c(exc):
             raise
         if resume_dir is not None:

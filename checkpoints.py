@@ -21,7 +21,7 @@ import numpy as np
 
 import config as config_module
 from config import Config
-from console import UsageError, counted, first_line, warn
+from console import UsageError, counted, first_line, is_ctrl_c, warn
 from runlog import (MEND_EPISODES, AnnealStart, RunHistory, anneal_used, annealed_fraction,
                     budget_used, read_episodes)
 from sessions import tf, v1, versions
@@ -143,6 +143,8 @@ def restore_checkpoint(sess, saver, checkpoint: str, variables: list, env_id: st
             saver = v1.train.Saver(var_list=[v for v in variables if v not in missing])
         saver.restore(sess, checkpoint)
     except Exception as exc:
+        if is_ctrl_c(exc):  # pybind11's rewrite of a Ctrl-C: the checkpoint may be fine
+            raise KeyboardInterrupt from None
         raise UsageError(f"cannot restore {checkpoint}: {first_line(exc)} (corrupt, or written for "
                          f"another env or network shape)") from None
     return [v.op.name for v in missing]

@@ -711,6 +711,33 @@ def test_ctrl_c_as_pybind11_rewrites_it_during_the_graphs_build_says_nothing_was
                           "was trained") and len(err.splitlines()) == 1, err
 
 
+PYBIND11_CTRL_C = ("pybind11::error_already_set: MISMATCH of original and normalized active "
+                   "exception types: ORIGINAL NotFoundError REPLACED BY KeyboardInterrupt: ")
+
+
+@pytest.mark.parametrize("ctrl_c_in", ["the restore", "the last step of set-up"])
+def test_ctrl_c_during_a_resumes_set_up_keeps_the_run_as_it_was(ctrl_c_in, trained_run, tmp_path,
+                                                                capsys, monkeypatch):
+    """In the restore, pybind11's rewrite of a Ctrl-C (seen once) said the checkpoint was corrupt,
+    exit 2; later, after config.json had been rewritten for the new part, the interrupted resume
+    left the new budget and a part that never ran in it."""
+    run = copy_run(trained_run, tmp_path / "run")
+    before = {name: open(os.path.join(run, name)).read() for name in ("config.json", "episodes.csv")}
+    if ctrl_c_in == "the restore":
+        def interrupted(*args, **kwargs):
+            raise RuntimeError(PYBIND11_CTRL_C)
+        monkeypatch.setattr(checkpoints.v1.train, "list_variables", interrupted)
+    else:
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+        monkeypatch.setattr(a3c, "EpisodeLog", interrupted)  # made after config.json is written
+    code, err = run_cli(["--resume", str(run), "--max-steps", "30000", "--no-plot"], capsys)
+    assert code == 130, err
+    assert err.startswith("a3c.py: interrupted during set-up, before training started; ") and (
+        "corrupt" not in err and len(err.splitlines()) == 1), err
+    assert before == {name: open(os.path.join(run, name)).read() for name in before}
+
+
 def test_ctrl_c_during_eval_says_nothing_was_written(tmp_path, capsys):
     summary, _ = train("A3CTest/Interrupting-v0", tmp_path, max_episodes=4)
     InterruptingEnv.step_interrupts = True

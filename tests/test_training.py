@@ -197,6 +197,20 @@ def test_a_failing_worker_stops_every_thread_and_reaches_the_user(tmp_path):
     assert checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER)), "state is saved"
 
 
+def test_a_stop_ends_a_long_rollout_at_once(tmp_path, capsys):
+    """A stop (here worker_1's crash on its 30th step) reaches a worker in the middle of its
+    rollout: worker_0's 2M steps would take a minute or more, and the driver would give up on it
+    after 30 s, leaving the run's files open."""
+    import time
+    started = time.monotonic()
+    with pytest.raises(console.WorkerError, match="worker_1 raised RuntimeError"):
+        train("A3CTest/Failing-v0", tmp_path, workers=2, envs_per_worker=1, n_steps=2_000_000,
+              max_steps=10_000_000, max_episodes=None, best_trial_episodes=0)
+    assert time.monotonic() - started < 20
+    assert "did not stop" not in capsys.readouterr().err
+    assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
+
+
 def test_the_episode_log_counts_exactly_under_many_threads(tmp_path):
     import tensorflow as tf
     writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
