@@ -36,6 +36,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import config as config_module  # noqa: E402  (plain Python: no TensorFlow in the parent)
+from console import UsageError  # noqa: E402
+from environments import probe_spec  # noqa: E402
 
 FIXED_ACTIONS = {"Pendulum-v1": [0.0], "CartPole-v1": 0}
 
@@ -196,6 +198,11 @@ def main(argv=None) -> int:
                 overrides[env_id, variant] = cell_overrides(env_id, args.set + variant_sets(variant))
             except ValueError as exc:
                 parser.error(f"{'--variant ' + variant if variant else '--set'}: {exc}")
+    for env_id in args.envs:  # an env the trainer cannot use fails now, in one line
+        try:
+            probe_spec(env_id, config_module.config_for(env_id))
+        except UsageError as exc:
+            parser.error(str(exc))
     args.commit = git_commit()  # the code about to be timed, before any edit (not in each child)
     if not args.no_save:
         os.makedirs(args.out, exist_ok=True)  # now, not after the measurements

@@ -654,6 +654,11 @@ def test_throughput_variants_keep_list_values_whole_and_bad_ones_are_refused_bef
         with pytest.raises(SystemExit) as exit_info:
             throughput.main(["--envs", PONG, flag, "0", "--out", str(tmp_path / "out")])
         assert exit_info.value.code == 2 and f"{flag} must be >= 1" in capsys.readouterr().err
+    for env_id, says in (("Nope-v0", "cannot make environment 'Nope-v0'"),  # were tracebacks
+                         ("FrozenLake-v1", "observation space Discrete(16) is not supported")):
+        with pytest.raises(SystemExit) as exit_info:
+            throughput.main(["--envs", PONG, env_id, "--out", str(tmp_path / "out")])
+        assert exit_info.value.code == 2 and says in capsys.readouterr().err
     assert not (tmp_path / "out").exists(), "refused before anything was timed or written"
 
 
