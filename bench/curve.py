@@ -48,7 +48,7 @@ def refuse(why: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("run_dir")
     parser.add_argument("--levels", nargs="+", type=float, default=[-20, -15, -10, 0, 18])
     parser.add_argument("--name", required=True, help="output names: <name>.md and <name>.png")

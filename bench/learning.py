@@ -278,7 +278,7 @@ def plot(results: list[dict], env_id: str, path: str, settings: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--envs", nargs="+", default=list(TARGETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(range(1, 10)))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

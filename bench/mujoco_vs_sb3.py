@@ -142,7 +142,7 @@ def compare(sb3: list[dict], runs: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--runs", nargs="+", required=True, help="folders holding our run folders")
     results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
     parser.add_argument("--sb3", default=os.path.join(results, "sb3_a2c_mujoco.json"))

@@ -110,7 +110,7 @@ def deterministic_eval(model, train_env, env_id: str, seed: int, episodes: int) 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--envs", nargs="+", default=list(ZOO))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--budget-steps", type=int, default=600_000)

@@ -29,7 +29,7 @@ UPDATE_FRAMES = ENVS * 5 * 4  # one A2C update: 5 steps of every env, 4 frames a
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--game", default="Breakout")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--frames", type=float, default=6e6)

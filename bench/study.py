@@ -329,7 +329,7 @@ def verdicts(results: list) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--quick", action="store_true", help="one seed, short budgets (~5 min)")
     parser.add_argument("--seeds", nargs="+", type=int, help=f"default {' '.join(map(str, SEEDS))}")
     parser.add_argument("--out", default="results")

@@ -164,7 +164,7 @@ def steps_for(env_id: str, workers: int, envs_per_worker: int) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--envs", nargs="+", default=["Pendulum-v1", "CartPole-v1"])
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     parser.add_argument("--envs-per-worker", nargs="+", type=int, default=[1, 4, 8, 16, 32])
