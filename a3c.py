@@ -1017,7 +1017,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     sess = open_session(graph, None)  # one thread plays the episodes: no pool to feed
     try:
         restore_checkpoint(sess, saver, checkpoint, net.net_variables, env_id)
-    except UsageError:
+    except BaseException:  # a bad checkpoint, or Ctrl-C
         sess.close()
         env.close()
         raise

@@ -358,7 +358,7 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
             example = os.path.join(folder, "model-<env steps>")
         raise UsageError(f"--checkpoint {which}: no such checkpoint; give best, latest or a "
                          f"checkpoint's path without its suffix, e.g. {example}")
-    return path, path
+    return path, "the checkpoint given"
 
 
 def play_trial(envs, greedy: GreedyPlayer, obs_dtype, should_stop=lambda: False
