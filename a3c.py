@@ -370,6 +370,7 @@ class Worker:
         self.episode_return = np.zeros(E)
         self.episode_length = np.zeros(E, np.int64)
         self.life_loss_ends_return = cfg.terminal_on_life_loss and is_atari(env_id)
+        self.coord = v1.train.Coordinator()  # work() passes the team's; this one never stops
 
     def prepare(self, sess, seed: int, remote: "RemoteGlobal" = None,
                 rounds: "UpdateRound" = None) -> None:
@@ -423,8 +424,9 @@ class Worker:
         shift, scale, clip = self.cfg.reward_shift, self.cfg.reward_scale, self.cfg.reward_clip
         finished = []
         self.rollout_state = self.state  # the training unroll starts from it
+        stopped = self.coord.should_stop
         for t in range(self.cfg.n_steps):
-            if self.coord.should_stop():
+            if stopped():
                 return None
             self.rollout_obs[t] = self.obs
             if self.chosen_actions is None:
@@ -748,6 +750,9 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
         worker_log = worker_log or log
         best.must_beat(log.best_running)
     except BaseException as exc:
+        if earlier_text is not None:  # first: a second Ctrl-C in the closes below must not keep it
+            attempt("put config.json back", write_atomically,
+                    os.path.join(run_dir, "config.json"), earlier_text)
         if team is not None:
             team.close()
         if best is not None:
@@ -756,9 +761,6 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
             attempt("tell the ps tasks to stop", chief.shutdown)
         if remote is not None:
             remote.close()
-        if earlier_text is not None:
-            attempt("put config.json back", write_atomically,
-                    os.path.join(run_dir, "config.json"), earlier_text)
         if not is_ctrl_c(exc):
             raise
         if resume_dir is not None:

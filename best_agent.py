@@ -349,7 +349,8 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
         return os.path.join(best_folder, info["checkpoint"]), f"the best checkpoint ({describe_best(info)})"
     if os.path.isdir(which):  # a checkpoint folder, such as the summary's best/: what its
         info = read_best_info(which)  # best.json names, where it has one
-        return (os.path.join(which, info["checkpoint"]) if info else latest_checkpoint(which)), which
+        return ((os.path.join(which, info["checkpoint"]) if info else latest_checkpoint(which)),
+                "the checkpoint folder given")
     path = re.sub(r"\.(index|meta|data-\d+-of-\d+)$", "", which)  # a file of it names it too
     if not os.path.exists(path + ".index"):
         try:

@@ -1347,7 +1347,8 @@ def test_eval_plays_the_best_checkpoint_unless_told_otherwise(trained_run, capsy
     assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", latest + ".index"]) == 0
     assert latest in capsys.readouterr().out, "a file of the checkpoint names it too"
     assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", best_folder]) == 0
-    assert checkpoints.latest_checkpoint(best_folder) in capsys.readouterr().out
+    assert (f"deterministic policy of the checkpoint folder given, "
+            f"{checkpoints.latest_checkpoint(best_folder)}: return") in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, words", [
