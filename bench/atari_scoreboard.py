@@ -4,8 +4,9 @@ published anchors at equal frames.
     python bench/atari_scoreboard.py run --runs RUNS      # trains what is missing, one at a time
     python bench/atari_scoreboard.py report --runs RUNS   # results/atari.md, curves and GIFs
 
-`run` trains each game and seed of SCOREBOARD with its preset (8 workers) under RUNS, one run at
-a time: each for the preset's 40M frames, Pong until the mean of the last 100 games reaches +18
+`run` trains each game and seed of SCOREBOARD with its preset (8 workers) under RUNS, and each
+variant (the preset with values changed, as --set does: Breakout with the LSTM) under
+RUNS/<variant>/, one run at a time: each for the preset's 40M frames, Pong until the mean of the last 100 games reaches +18
 or 2 hours of training if either comes first (it stops such a run as Ctrl-C does: the checkpoint
 is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a session's end) is continued with
 `a3c.py --resume` the next time its folder is there; a finished one is left alone, and so is
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -50,9 +52,31 @@ from console import UsageError, first_line  # noqa: E402
 from environments import FRAME_SKIP  # noqa: E402
 
 PONG_GOAL, PONG_HOURS = 18.0, 2.0
-# (game, seed, stop): stop at this mean-100 or after these hours; None: the preset's budget
-SCOREBOARD = [("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS)) for seed in (1, 2, 3)] + [
-    ("ALE/Breakout-v5", 1, None), ("ALE/SpaceInvaders-v5", 1, None)]
+# A variant is the preset with some values changed (a3c.py's --set); its runs go under
+# RUNS/<variant>/, its rows are named by it. docs/atari.md has why the LSTM is tried on Breakout.
+VARIANTS = {"": (), "lstm": ("use_lstm=true",)}
+
+
+class Entry(NamedTuple):
+    """One row of the scoreboard. stop: (mean-100, hours), the first reached ends the run; None:
+    the preset's budget."""
+    game: str
+    seed: int
+    stop: tuple | None = None
+    variant: str = ""
+
+    @property
+    def key(self) -> str:  # its row's name in RECORDS
+        return f"{self.game} {self.seed}" + (f" {self.variant}" if self.variant else "")
+
+    @property
+    def label(self) -> str:  # its seed cell and curve
+        return f"{self.seed}" + (f" ({self.variant})" if self.variant else "")
+
+
+SCOREBOARD = [Entry("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS)) for seed in (1, 2, 3)] + [
+    Entry("ALE/Breakout-v5", 1), Entry("ALE/Breakout-v5", 1, variant="lstm"),
+    Entry("ALE/SpaceInvaders-v5", 1)]
 WORKERS = 8
 MILESTONES = (10e6, 20e6, 40e6)  # frames
 EVAL_GAMES = 10
@@ -75,9 +99,9 @@ def short_name(game: str) -> str:
     return game.split("/")[-1].rsplit("-v", 1)[0]
 
 
-def run_folder(runs: str, game: str, seed: int):
-    """The newest run folder of game and seed under runs, or None."""
-    found = sorted(glob.glob(os.path.join(runs, file_name(game), f"*-s{seed}")))
+def run_folder(runs: str, game: str, seed: int, variant: str = ""):
+    """The newest run folder of game and seed (of that variant) under runs, or None."""
+    found = sorted(glob.glob(os.path.join(runs, variant, file_name(game), f"*-s{seed}")))
     return found[-1] if found else None
 
 
@@ -154,19 +178,22 @@ def start_held_back(command: list):
     return child, [(number, handlers[number]) for number in held_back]
 
 
-def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None:
+def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS, variant: str = "") -> None:
     """Start or continue one run, and stop it (as Ctrl-C does) once it reaches its stop; a run
     that ends on its budget ends by itself (its final checkpoint and trials are not cut)."""
-    folder = run_folder(runs, game, seed)
+    name = f"{game} seed {seed}" + (f" ({variant})" if variant else "")
+    folder = run_folder(runs, game, seed, variant)
     if folder is not None and not os.path.exists(os.path.join(folder, "checkpoints", "checkpoint")):
         folder = None  # stopped before its first checkpoint: nothing to resume, start afresh
     if folder is not None and finished(folder, stop):
-        print(f"{game} seed {seed}: finished ({folder})", flush=True)
+        print(f"{name}: finished ({folder})", flush=True)
         return
     command = [sys.executable, os.path.join(ROOT, "a3c.py"), "--no-plot"] + (
         ["--resume", folder] if folder is not None else
-        ["--env", game, "--seed", str(seed), "--workers", str(workers), "--results-dir", runs])
-    print(f"{game} seed {seed}: {' '.join(command[1:])}", flush=True)
+        ["--env", game, "--seed", str(seed), "--workers", str(workers),
+         "--results-dir", os.path.join(runs, variant)] + [
+            part for value in VARIANTS[variant] for part in ("--set", value)])
+    print(f"{name}: {' '.join(command[1:])}", flush=True)
     stopped = False
 
     def stop_child():  # SIGTERM, which a3c.py takes as Ctrl-C: a background start ignores SIGINT
@@ -191,7 +218,7 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
     def interrupted(why: str):
         for stop_signal in (signal.SIGINT, signal.SIGTERM):  # (more of them: still one line, 130)
             signal.signal(stop_signal, signal.SIG_IGN)
-        print(f"{game} seed {seed}: {why}; `run` again continues the scoreboard", file=sys.stderr,
+        print(f"{name}: {why}; `run` again continues the scoreboard", file=sys.stderr,
               flush=True)
         return SystemExit(INTERRUPTED)
 
@@ -203,7 +230,7 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
             handler(number, None)           # exists now, and the handlers below stop it
         while child.poll() is None:
             time.sleep(10)
-            current = run_folder(runs, game, seed)
+            current = run_folder(runs, game, seed, variant)
             try:
                 stop_now = current is not None and stop_reached(current, stop)
             except UsageError:  # a line half-written as it was read: the next look reads it whole
@@ -222,7 +249,7 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS) -> None
         wait_saved()
         raise interrupted("stopped by Ctrl-C") from None
     if child.returncode not in (0, 130):
-        raise SystemExit(f"{game} seed {seed}: a3c.py ended with status {child.returncode}")
+        raise SystemExit(f"{name}: a3c.py ended with status {child.returncode}")
 
 
 def reached(rows: dict, level: float):
@@ -361,34 +388,34 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
     shown, carried = {}, []
     staged = []  # GIFs written as .part, named with the rest once every row is measured
     try:
-        for game, seed, stop in scoreboard:
-            key = f"{game} {seed}"
-            folder = run_folder(runs, game, seed)
+        for entry in scoreboard:
+            game, seed, stop, key = entry.game, entry.seed, entry.stop, entry.key
+            folder = run_folder(runs, game, seed, entry.variant)
             kept = records.get(key)
             stands = kept_row_stands(folder, kept, game, stop)
             if stands is not None:
-                print(f"{game} seed {seed}: {stands}: the kept row stays", file=sys.stderr,
+                print(f"{game} seed {entry.label}: {stands}: the kept row stays", file=sys.stderr,
                       flush=True)
                 folder = None
             if folder is not None:
-                first_seed = min(s for g, s, _ in SCOREBOARD if g == game)
+                first = next(other for other in SCOREBOARD if other.game == game)
                 gif = os.path.join(out, f"atari_{short_name(game)}.gif.part") \
-                    if save and seed == first_seed else None
+                    if save and entry == first else None
                 staged += [gif] if gif is not None else []
                 record = record_of(folder, game, seed, stop, gif)
                 if record is None:
-                    lines.append(f"| {game} | {seed} | no game finished yet | | | | | | | | | | |")
+                    lines.append(f"| {game} | {entry.label} | no game finished yet | | | | | | | | | | |")
                     continue
                 records[key] = record
             elif kept is not None:
                 record = kept
-                carried.append(f"{short_name(game)} seed {seed}")
+                carried.append(f"{short_name(game)} seed {entry.label}")
             else:
-                lines.append(f"| {game} | {seed} | not run | | | | | | | | | | |")
+                lines.append(f"| {game} | {entry.label} | not run | | | | | | | | | | |")
                 continue
-            shown.setdefault(game, []).append((seed, record))
+            shown.setdefault(game, []).append((entry.label, record))
             anchors = ", ".join(f"{name} {value:g}" for name, value in ANCHORS[game].items())
-            lines.append(f"| {game} | {seed} | " + " | ".join(record["cells"]) + f" | {anchors} |")
+            lines.append(f"| {game} | {entry.label} | " + " | ".join(record["cells"]) + f" | {anchors} |")
             print(lines[-1], file=sys.stderr, flush=True)  # progress: the document goes to stdout
     except BaseException:  # (a run folder it cannot read, Ctrl-C): nothing of this report stays
         for part in staged:
@@ -411,10 +438,10 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
     pictures = []
     for game, shown_runs in shown.items():
         png = f"atari_{short_name(game)}.png"
-        curves = [(seed, record["curve"]) for seed, record in shown_runs if record["curve"]]
+        curves = [(label, record["curve"]) for label, record in shown_runs if record["curve"]]
         if curves:
             plot(game, curves, os.path.join(out, png),
-                 [seed for seed, record in shown_runs if not record["curve"]])
+                 [label for label, record in shown_runs if not record["curve"]])
         # (else an earlier report's picture of these very runs stays: records kept before the
         # curves were have none)
         if os.path.exists(os.path.join(out, png)):
@@ -430,9 +457,9 @@ def plot(game: str, runs_of_game: list, path: str, without_curve=()) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (by_frames, by_hours) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for seed, curve in runs_of_game:
-        by_frames.plot(np.asarray(curve["frames"]) / 1e6, curve["mean_100"], label=f"seed {seed}")
-        by_hours.plot(curve["hours"], curve["mean_100"], label=f"seed {seed}")
+    for label, curve in runs_of_game:
+        by_frames.plot(np.asarray(curve["frames"]) / 1e6, curve["mean_100"], label=f"seed {label}")
+        by_hours.plot(curve["hours"], curve["mean_100"], label=f"seed {label}")
     for (name, value), style in zip(ANCHORS[game].items(), ("--", ":", "-.")):
         by_frames.axhline(value, linestyle=style, linewidth=0.8, color="grey",
                           label=f"{name} at 40M frames")  # (the legend: close values overlap)
@@ -479,10 +506,10 @@ def main(argv=None) -> int:
         parser.error(f"--out {args.out} is not a folder: make it" + (
             "" if args.what == "run" else ", or give --no-save"))
     if args.games:
-        unknown = set(args.games) - {game for game, _, _ in SCOREBOARD}
+        unknown = set(args.games) - {entry.game for entry in SCOREBOARD}
         if unknown:
             parser.error(f"not on the scoreboard: {', '.join(sorted(unknown))}")
-    scoreboard = [entry for entry in SCOREBOARD if not args.games or entry[0] in args.games]
+    scoreboard = [entry for entry in SCOREBOARD if not args.games or entry.game in args.games]
     try:  # (a damaged file is no misused flag: one line, without the usage)
         records = load_records(args.out)
         return run_all(args.runs, scoreboard, records) if args.what == "run" else \
@@ -499,14 +526,15 @@ def run_all(runs: str, scoreboard: list, records: dict) -> int:
     """Train what the scoreboard lacks, one run at a time; a finished row kept is skipped."""
     before = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        for game, seed, stop in scoreboard:
-            kept = records.get(f"{game} {seed}")
-            folder = run_folder(runs, game, seed)
+        for entry in scoreboard:
+            kept = records.get(entry.key)
+            folder = run_folder(runs, entry.game, entry.seed, entry.variant)
             if kept is not None and kept["finished"] and (
-                    folder is None or kept_row_stands(folder, kept, game, stop) is not None):
-                print(f"{game} seed {seed}: finished (its row is kept in {RECORDS})", flush=True)
+                    folder is None or kept_row_stands(folder, kept, entry.game, entry.stop) is not None):
+                print(f"{entry.game} seed {entry.label}: finished (its row is kept in {RECORDS})",
+                      flush=True)
                 continue
-            train(runs, game, seed, stop)
+            train(runs, entry.game, entry.seed, entry.stop, variant=entry.variant)
     except (KeyboardInterrupt, Terminated):  # between runs: none was training
         print("stopped between runs; `run` again continues the scoreboard", file=sys.stderr)
         return INTERRUPTED
@@ -517,10 +545,10 @@ def run_all(runs: str, scoreboard: list, records: dict) -> int:
 
 def write_report(args, argv, records: dict, scoreboard: list) -> int:
     """atari.md (and its pictures and kept rows) from the runs under args.runs and records."""
-    for game, seed, stop in scoreboard:  # every CSV report reads, first: one it cannot read
-        folder = run_folder(args.runs, game, seed)  # stops it before it writes anything
-        if folder is not None and kept_row_stands(folder, records.get(f"{game} {seed}"), game,
-                                                  stop) is None:
+    for entry in scoreboard:  # every CSV report reads, first: one it cannot read
+        folder = run_folder(args.runs, entry.game, entry.seed, entry.variant)  # stops it before
+        if folder is not None and kept_row_stands(folder, records.get(entry.key), entry.game,
+                                                  entry.stop) is None:  # it writes anything
             progress(folder)
     table = report(args.runs, args.out, not args.no_save, records, scoreboard)
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
@@ -532,7 +560,10 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
             f"last 100 training games (mean-100) and the deterministic policy of the best "
             f"checkpoint over {EVAL_GAMES} games; the anchors are rl-baselines3-zoo's "
             f"benchmark (its final model's evaluation) and CleanRL's PPO (its last training "
-            f"games), both at 10M agent steps (40M frames).\n\n{table}\n")
+            f"games), both at 10M agent steps (40M frames). A row whose seed names a variant ran "
+            f"the preset with these values changed: "
+            + "; ".join(f"{name}: {', '.join(values)}" for name, values in VARIANTS.items() if name)
+            + f".\n\n{table}\n")
     print(text)
     if not args.no_save:
         with open(os.path.join(args.out, "atari.md"), "w") as f:

@@ -441,6 +441,7 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert [row.split("|")[2].strip() for row in rows] == ["1", "2", "3"]
     assert "not run" not in rows[0] and "not run" in rows[1] and "not run" in rows[2]
     assert "| ALE/Breakout-v5 | 1 | not run |" in table and "](atari_Pong.gif)" in table
+    assert "| ALE/Breakout-v5 | 1 (lstm) | not run |" in table and "lstm: use_lstm=true" in table
     assert capsys.readouterr().out.startswith("# Atari scoreboard"), "the rows' progress: stderr"
     with Image.open(results / "atari_Pong.gif") as gif:
         assert gif.size == (160, 210)
@@ -762,15 +763,16 @@ def test_the_best_agent_trials_play_breakout_with_fire_after_a_lost_life(tmp_pat
 
 def test_the_scoreboard_stops_a_run_started_in_the_background_at_its_stop(tmp_path, capsys):
     """A shell's `cmd &` starts it with SIGINT ignored, and its runs inherit that: the
-    scoreboard's stop (here 10 s of training) must still end the run, saved and resumable."""
+    scoreboard's stop (here 10 s of training) must still end the run, saved and resumable. (The
+    run is of a variant: the preset with values changed, in a folder of its own.)"""
     import signal
     import threading
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     done = threading.Event()
     try:
         worker = threading.Thread(target=lambda: (atari_scoreboard.train(  # (2 workers: its
-            str(tmp_path), PONG, 1, (18.0, 10 / 3600), workers=2), done.set()),  # first games end
-            daemon=True)                                                      # sooner)
+            str(tmp_path), PONG, 1, (18.0, 10 / 3600), workers=2, variant="lstm"),  # first
+            done.set()), daemon=True)                                   # games end sooner)
         worker.start()
         worker.join(timeout=150)
     finally:
@@ -779,7 +781,10 @@ def test_the_scoreboard_stops_a_run_started_in_the_background_at_its_stop(tmp_pa
         os.system(f"pkill -TERM -f 'results-dir {tmp_path}'")
         worker.join(timeout=60)
         pytest.fail("the run went on past its stop")
-    run_dir = atari_scoreboard.run_folder(str(tmp_path), PONG, 1)
+    assert atari_scoreboard.run_folder(str(tmp_path), PONG, 1) is None, "not the preset's row"
+    run_dir = atari_scoreboard.run_folder(str(tmp_path), PONG, 1, "lstm")
+    assert run_dir.startswith(str(tmp_path / "lstm" / "ALE_Pong-v5"))
+    assert checkpoints.read_run(run_dir)[1].use_lstm, "the variant's --set reached the run"
     assert glob.glob(os.path.join(run_dir, "checkpoints", "model-*.index")), "saved at the stop"
     assert atari_scoreboard.progress(run_dir)["hours"] >= 10 / 3600
 
