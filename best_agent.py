@@ -349,8 +349,9 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
         return os.path.join(best_folder, info["checkpoint"]), f"the best checkpoint ({describe_best(info)})"
     if os.path.isdir(which):  # a checkpoint folder, such as the summary's best/: what its
         info = read_best_info(which)  # best.json names, where it has one
-        return ((os.path.join(which, info["checkpoint"]) if info else latest_checkpoint(which)),
-                "the checkpoint folder given")
+        path = os.path.join(which, info["checkpoint"]) if info else latest_checkpoint(which)
+        refuse_another_runs(run_dir, which, path)
+        return path, "the checkpoint folder given"
     path = re.sub(r"\.(index|meta|data-\d+-of-\d+)$", "", which)  # a file of it names it too
     if not os.path.exists(path + ".index"):
         try:
@@ -359,7 +360,22 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
             example = os.path.join(folder, "model-<env steps>")
         raise UsageError(f"--checkpoint {which}: no such checkpoint; give best, latest or a "
                          f"checkpoint's path without its suffix, e.g. {example}")
+    refuse_another_runs(run_dir, which, path)
     return path, "the checkpoint given"
+
+
+def refuse_another_runs(run_dir: str, which: str, path: str) -> None:
+    """A checkpoint inside another run folder is played with that run's config (its env, net and
+    statistics), and its recording goes there: --eval that run. (A copy outside any run folder
+    plays with run_dir's.)"""
+    here = os.path.realpath(path)
+    for _ in range(3):  # RUN/checkpoints/model-N, RUN/checkpoints/best/model-N
+        here = os.path.dirname(here)
+        if os.path.exists(os.path.join(here, "config.json")):
+            if here != os.path.realpath(run_dir):
+                raise UsageError(f"--checkpoint {which} is a checkpoint of the run {here}, not "
+                                 f"of {run_dir}: play it with --eval {here} --checkpoint {which}")
+            return
 
 
 def play_trial(envs, greedy: GreedyPlayer, obs_dtype, should_stop=lambda: False

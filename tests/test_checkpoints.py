@@ -1351,6 +1351,28 @@ def test_eval_plays_the_best_checkpoint_unless_told_otherwise(trained_run, capsy
             f"{checkpoints.latest_checkpoint(best_folder)}: return") in capsys.readouterr().out
 
 
+def test_eval_refuses_another_runs_checkpoint_and_plays_a_loose_copy(trained_run, tmp_path,
+                                                                      capsys):
+    """A checkpoint in another run folder would be played with this run's config and recorded
+    into this folder: refused, naming the run it belongs to. A copy outside any run plays."""
+    other = tmp_path / "other-run"
+    other.mkdir()
+    shutil.copy(os.path.join(trained_run, "config.json"), other)
+    latest = checkpoints.latest_checkpoint(os.path.join(trained_run, checkpoints.CHECKPOINT_FOLDER))
+    best_folder = os.path.join(trained_run, checkpoints.CHECKPOINT_FOLDER, best_agent.BEST_FOLDER)
+    for given in (latest, best_folder):
+        refused(["--eval", str(other), "--checkpoint", given, "--record"], capsys,
+                f"is a checkpoint of the run {os.path.realpath(trained_run)}, not of {other}")
+        assert os.listdir(other) == ["config.json"], "nothing written"
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    for part in glob.glob(latest + ".*"):
+        shutil.copy(part, loose)
+    copy = str(loose / os.path.basename(latest))
+    assert a3c.main(["--eval", str(other), "--episodes", "1", "--checkpoint", copy]) == 0
+    assert f"the checkpoint given, {copy}: return" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--eval", "{run}", "--checkpoint", "{run}/nothing-here"],
      ["no such checkpoint", "e.g. {run}/checkpoints/model-"]),  # one of the run's own
