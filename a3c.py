@@ -50,7 +50,7 @@ from cpus import cpu_layout
 from sessions import close_remote_session, open_session, session_callable, tf, v1
 from console import (Console, Interrupted, OneLineParser, UsageError, WorkerError, attempt,
                      counted, first_line, is_ctrl_c, progress_line, repeated_stop,
-                     stop_like_ctrl_c, tell, warn)
+                     stop_like_ctrl_c, tell, tenths, warn)
 from environments import (ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec,
                           unused_setting_warnings)
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
@@ -1038,7 +1038,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
                   mean=float(np.mean(returns)), std=float(np.std(returns)))
     gif = os.path.join(run_dir, "episode.gif")
     score = (f"{env_id}: deterministic policy of {played}, {checkpoint}: return "
-             f"{result['mean']:.1f} ± {result['std']:.1f} over {counted(episodes, 'episode')}")
+             f"{tenths(result['mean'])} ± {result['std']:.1f} over {counted(episodes, 'episode')}")
     if replays:  # MuJoCo: drawn in a process without TensorFlow (recording.py), which takes a
         print(score, file=out, flush=True)  # while: the score first
         result.update(drawing.draw_played(EVAL_SEED, returns, actions, gif if record else None, out))

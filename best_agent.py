@@ -16,7 +16,7 @@ import numpy as np
 
 from checkpoints import CHECKPOINT_FOLDER, ENV_ID_VARIABLE, latest_checkpoint, write_atomically
 from config import Config
-from console import UsageError, attempt, first_line, warn
+from console import UsageError, attempt, first_line, tenths, warn
 from environments import EnvSpec, make_envs
 from recording import RECORD_FRAME_LIMIT
 from runlog import RUNNING_WINDOW
@@ -307,11 +307,11 @@ def best_score(info: dict) -> float:
 
 
 def describe_best(info: dict) -> str:
-    taken = f"the net of episode {info['episode']:,} (mean-100 {info['mean_100']:.1f})"
+    taken = f"the net of episode {info['episode']:,} (mean-100 {tenths(info['mean_100'])})"
     if info.get("trial_episodes"):
-        return (f"deterministic return {info['score']:.1f} over {info['trial_episodes']} trial "
+        return (f"deterministic return {tenths(info['score'])} over {info['trial_episodes']} trial "
                 f"episodes, {taken}")
-    return f"best mean-100 {info['mean_100']:.1f} at episode {info['episode']:,}"
+    return f"best mean-100 {tenths(info['mean_100'])} at episode {info['episode']:,}"
 
 
 def read_best_info(best_folder: str) -> typing.Optional[dict]:

@@ -82,6 +82,11 @@ def first_line(exc: Exception) -> str:
     return line if len(line) <= 300 else line[:300] + " ..."  # (a request's dump of tensors)
 
 
+def tenths(value: float) -> str:
+    """One decimal, and "0.0" where a small negative would print "-0.0" (MountainCar's returns)."""
+    return f"{round(value, 1) + 0.0:.1f}"  # (-0.0 + 0.0 is 0.0)
+
+
 def counted(number: int, noun: str) -> str:
     """"1 env", "8 envs", "1,000 episodes"."""
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
@@ -142,9 +147,9 @@ class Console:
 
 def progress_line(p: dict) -> str:
     """Before the first 100 episodes the running mean is over fewer, and says over how many."""
-    best = f"{p['best_running']:.1f}" if math.isfinite(p["best_running"]) else "n/a"
+    best = tenths(p["best_running"]) if math.isfinite(p["best_running"]) else "n/a"
     window = p["window"] or 100  # (no episode yet: n/a, under the usual label)
-    running = f"{p['running']:.1f}" if p["window"] else "n/a"
+    running = tenths(p["running"]) if p["window"] else "n/a"
     return (f"episodes {p['episodes']:>6} | env steps {p['env_steps']:>10,} | "
             f"{p['steps_per_s']:>7,.0f} steps/s | {f'mean-{window} return':<15} {running:>8} | "
             f"best mean-100 {best} | {p['wall_s']:.0f} s")

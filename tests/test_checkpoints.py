@@ -1077,6 +1077,11 @@ def test_the_progress_line_says_how_many_episodes_its_running_mean_is_over(tmp_p
     play([1.0] * 70)
     assert "mean-100 return" in console.progress_line(log.progress())
     close()
+    # a small negative mean is 0.0, as in --eval's line, not -0.0 (MountainCarContinuous's)
+    line = console.progress_line(dict(best_running=-0.04, window=100, running=-0.03, episodes=9,
+                                      env_steps=9, steps_per_s=1.0, wall_s=1.0))
+    assert "return      0.0 | best mean-100 0.0 |" in line and "-0.0" not in line
+    assert console.tenths(-0.06) == "-0.1" and console.tenths(2.25) == "2.2"
 
 
 def test_the_final_net_is_tried_even_below_the_best_mean_100(tmp_path):
