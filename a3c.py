@@ -698,8 +698,6 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
         check_results_dir(results_dir)
     if cluster is not None:  # before anything is written: a port in use, no ps
         server = start_cluster_task(cluster)
-    if preamble is not None:
-        console.say(preamble)
 
     run_dir, team, best, remote, chief = resume_dir, None, None, None, None
     earlier_text = None  # a resumed run's config.json as it was, once set-up rewrites it
@@ -717,6 +715,8 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
             run_dir = resume_dir or new_run_dir(results_dir, env_id, cfg.seed)
             if resume_dir is None:
                 folder_lock.take(run_dir)
+            if preamble is not None:  # (once the run folder is made: a results dir that
+                console.say(preamble)  # check_results_dir could not rule out is refused alone)
             checkpoints = Checkpoints(run_dir, cfg, env_id,
                                       save_lock=remote.local_params_lock if remote else round_lock,
                                       before_save=chief.download if chief else None)

@@ -288,6 +288,13 @@ def test_cli_refuses_a_results_dir_it_cannot_write_before_it_starts(capsys, tmp_
     assert (tmp_path / "a-file").read_text() == ""
 
 
+def test_a_results_dir_that_only_the_folder_making_refuses_prints_no_preset_line(capsys):
+    """/proc can look writable (to root) and still take no folder: one line, no preset line."""
+    refused(["--env", "CartPole-v1", "--results-dir", "/proc/a3c-no-such-folder"], capsys,
+            "/proc/a3c-no-such-folder", "--results-dir")
+    assert not os.path.exists("/proc/a3c-no-such-folder")
+
+
 def test_cli_refuses_an_unknown_environment(capsys, tmp_path):
     assert_refused(["--env", "NoSuchEnv-v9"], capsys, tmp_path, "NoSuchEnv-v9", "pprint_registry")
 
