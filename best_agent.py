@@ -368,14 +368,15 @@ def refuse_another_runs(run_dir: str, which: str, path: str) -> None:
     """A checkpoint inside another run folder is played with that run's config (its env, net and
     statistics), and its recording goes there: --eval that run. (A copy outside any run folder
     plays with run_dir's.)"""
-    here = os.path.realpath(path)
-    for _ in range(3):  # RUN/checkpoints/model-N, RUN/checkpoints/best/model-N
-        here = os.path.dirname(here)
-        if os.path.exists(os.path.join(here, "config.json")):
-            if here != os.path.realpath(run_dir):
-                raise UsageError(f"--checkpoint {which} is a checkpoint of the run {here}, not "
-                                 f"of {run_dir}: play it with --eval {here} --checkpoint {which}")
-            return
+    folder = os.path.dirname(os.path.realpath(path))
+    if os.path.basename(folder) == BEST_FOLDER:  # RUN/checkpoints/best/model-N
+        folder = os.path.dirname(folder)
+    if os.path.basename(folder) != CHECKPOINT_FOLDER:  # (else RUN/checkpoints/model-N)
+        return
+    owner = os.path.dirname(folder)
+    if os.path.exists(os.path.join(owner, "config.json")) and owner != os.path.realpath(run_dir):
+        raise UsageError(f"--checkpoint {which} is a checkpoint of the run {owner}, not of "
+                         f"{run_dir}: play it with --eval {owner} --checkpoint {which}")
 
 
 def play_trial(envs, greedy: GreedyPlayer, obs_dtype, should_stop=lambda: False

@@ -84,7 +84,8 @@ def first_line(exc: Exception) -> str:
 
 def tenths(value: float) -> str:
     """One decimal, and "0.0" where a small negative would print "-0.0" (MountainCar's returns)."""
-    return f"{round(value, 1) + 0.0:.1f}"  # (-0.0 + 0.0 is 0.0)
+    text = f"{value:.1f}"
+    return "0.0" if text == "-0.0" else text
 
 
 def counted(number: int, noun: str) -> str:

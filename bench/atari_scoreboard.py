@@ -1,16 +1,18 @@
-"""Atari scoreboard: Pong on seeds 1-3, Breakout and SpaceInvaders at 40M frames, beside the
-published anchors at equal frames.
+"""Atari scoreboard: Pong on seeds 1-3, Breakout (the preset, and with the LSTM) and
+SpaceInvaders at 40M frames, beside the published anchors at equal frames.
 
     python bench/atari_scoreboard.py run --runs RUNS      # trains what is missing, one at a time
     python bench/atari_scoreboard.py report --runs RUNS   # results/atari.md, curves and GIFs
 
 `run` trains each game and seed of SCOREBOARD with its preset (8 workers) under RUNS, and each
 variant (the preset with values changed, as --set does: Breakout with the LSTM) under
-RUNS/<variant>/, one run at a time: each for the preset's 40M frames, Pong until the mean of the last 100 games reaches +18
-or 2 hours of training if either comes first (it stops such a run as Ctrl-C does: the checkpoint
-is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a session's end) is continued with
-`a3c.py --resume` the next time its folder is there; a finished one is left alone, and so is
-one whose finished row `report` kept in results/atari_runs.json.
+RUNS/<variant>/, one run at a time: each for the preset's 40M frames, Pong until the mean of
+the last 100 games reaches +18 or 2 hours of training if either comes first (it stops such a
+run as Ctrl-C does: the checkpoint is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a
+session's end) is continued with `a3c.py --resume` the next time its folder is there; a
+finished one is left alone, and so is one whose finished row `report` kept in
+results/atari_runs.json. A run folder counts for a row only if its config holds that row's
+values (a variant's, or the preset's).
 
 `report` reads the run folders: frames, wall hours, frames/s, the mean-100 at 10M, 20M and 40M
 frames, the frames and hours at which the mean-100 first reached 0 and +18, and the deterministic
@@ -54,7 +56,27 @@ from environments import FRAME_SKIP  # noqa: E402
 PONG_GOAL, PONG_HOURS = 18.0, 2.0
 # A variant is the preset with some values changed (a3c.py's --set); its runs go under
 # RUNS/<variant>/, its rows are named by it. docs/atari.md has why the LSTM is tried on Breakout.
-VARIANTS = {"": (), "lstm": ("use_lstm=true",)}
+VARIANTS = {"": {}, "lstm": {"use_lstm": True}}
+
+
+def set_values(variant: str) -> list:
+    """A variant's values as a3c.py's --set takes them: use_lstm=true."""
+    return [f"{name}={str(value).lower() if isinstance(value, bool) else value}"
+            for name, value in VARIANTS[variant].items()]
+
+
+def of_variant(folder: str, game: str, variant: str) -> bool:
+    """Whether a run folder trained that variant: its config holds the variant's values, and
+    the preset's for the fields other variants change (a folder it cannot read counts: the
+    scoreboard's own checks then say what is wrong with it)."""
+    try:
+        cfg = read_run(folder)[1]
+    except UsageError:
+        return True
+    preset = config.config_for(game)
+    wanted = {name: getattr(preset, name) for values in VARIANTS.values() for name in values}
+    wanted.update(VARIANTS[variant])
+    return all(getattr(cfg, name) == value for name, value in wanted.items())
 
 
 class Entry(NamedTuple):
@@ -100,8 +122,9 @@ def short_name(game: str) -> str:
 
 
 def run_folder(runs: str, game: str, seed: int, variant: str = ""):
-    """The newest run folder of game and seed (of that variant) under runs, or None."""
+    """The newest run folder of game and seed that trained that variant under runs, or None."""
     found = sorted(glob.glob(os.path.join(runs, variant, file_name(game), f"*-s{seed}")))
+    found = [folder for folder in found if of_variant(folder, game, variant)]
     return found[-1] if found else None
 
 
@@ -192,7 +215,7 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS, variant
         ["--resume", folder] if folder is not None else
         ["--env", game, "--seed", str(seed), "--workers", str(workers),
          "--results-dir", os.path.join(runs, variant)] + [
-            part for value in VARIANTS[variant] for part in ("--set", value)])
+            part for value in set_values(variant) for part in ("--set", value)])
     print(f"{name}: {' '.join(command[1:])}", flush=True)
     stopped = False
 
@@ -297,7 +320,7 @@ def cell(value, spec="{:,.1f}"):
 
 
 def load_records(out: str) -> dict:
-    """The rows and curves `report` kept in out/RECORDS, by "game seed": a run folder does not
+    """The rows and curves `report` kept in out/RECORDS, by "game seed [variant]": a run folder does not
     outlive the machine it trained on, the scoreboard must."""
     path = os.path.join(out, RECORDS)
     if not os.path.exists(path):
@@ -470,7 +493,8 @@ def plot(game: str, runs_of_game: list, path: str, without_curve=()) -> None:
         ax.grid(alpha=0.3)
     by_frames.legend(loc="lower right", fontsize=7)
     by_hours.legend(loc="lower right")
-    fig.suptitle(f"A3C on {game}, the Atari preset, {WORKERS} workers" + (
+    fig.suptitle(f"A3C on {game}, the Atari preset (a seed's variant: the preset with values "
+                 f"changed, as atari.md says), {WORKERS} workers" + (
         f" (seeds {', '.join(map(str, without_curve))}: no curve kept)" if without_curve else ""),
         fontsize=10)
     fig.tight_layout()
@@ -485,7 +509,8 @@ def main(argv=None) -> int:
                                      "curves and GIFs")
     parser.add_argument("what", choices=("run", "report"))
     parser.add_argument("--runs", required=True, help="the folder that holds (or will hold) "
-                        "the run folders, as ALE_<Game>-v5/<run>/")
+                        "the run folders, as ALE_<Game>-v5/<run>/ and a variant's as "
+                        "<variant>/ALE_<Game>-v5/<run>/")
     parser.add_argument("--games", nargs="+", help="only these games (default: every game of "
                         "the scoreboard); report: with --no-save only")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"),
@@ -499,6 +524,9 @@ def main(argv=None) -> int:
             os.path.join(args.runs, "*", "config.json")):
         parser.error(f"--runs {args.runs} holds run folders itself: give the folder above its "
                      f"ALE_<Game>-v5/ folders")
+    if os.path.basename(os.path.normpath(args.runs)) in set(VARIANTS) - {""}:
+        parser.error(f"--runs {args.runs} is the folder of a variant's runs: give the folder "
+                     f"above it, which holds the preset's ALE_<Game>-v5/ folders too")
     if args.what == "report" and args.games and not args.no_save:
         parser.error("report --games would rewrite atari.md with only those games' rows: "
                      "report every game (drop --games), or add --no-save")
@@ -562,7 +590,7 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
             f"benchmark (its final model's evaluation) and CleanRL's PPO (its last training "
             f"games), both at 10M agent steps (40M frames). A row whose seed names a variant ran "
             f"the preset with these values changed: "
-            + "; ".join(f"{name}: {', '.join(values)}" for name, values in VARIANTS.items() if name)
+            + "; ".join(f"{name}: {', '.join(set_values(name))}" for name in VARIANTS if name)
             + f".\n\n{table}\n")
     print(text)
     if not args.no_save:

@@ -787,6 +787,12 @@ def test_the_scoreboard_stops_a_run_started_in_the_background_at_its_stop(tmp_pa
     assert checkpoints.read_run(run_dir)[1].use_lstm, "the variant's --set reached the run"
     assert glob.glob(os.path.join(run_dir, "checkpoints", "model-*.index")), "saved at the stop"
     assert atari_scoreboard.progress(run_dir)["hours"] >= 10 / 3600
+    # a variant's run never stands for the preset's row, wherever it lies
+    shutil.copytree(run_dir, tmp_path / "ALE_Pong-v5" / os.path.basename(run_dir))
+    assert atari_scoreboard.run_folder(str(tmp_path), PONG, 1) is None
+    with pytest.raises(SystemExit) as refusal:
+        atari_scoreboard.main(["report", "--runs", str(tmp_path / "lstm"), "--no-save"])
+    assert refusal.value.code == 2 and "the folder of a variant's runs" in capsys.readouterr().err
 
 
 def test_a_run_that_reached_its_stop_stays_finished_though_its_last_games_fell_below(tmp_path):

@@ -293,6 +293,7 @@ def test_a_results_dir_that_only_the_folder_making_refuses_prints_no_preset_line
     refused(["--env", "CartPole-v1", "--results-dir", "/proc/a3c-no-such-folder"], capsys,
             "/proc/a3c-no-such-folder", "--results-dir")
     assert not os.path.exists("/proc/a3c-no-such-folder")
+    # (as another user the pre-check refuses /proc first, which says no preset line either)
 
 
 def test_cli_refuses_an_unknown_environment(capsys, tmp_path):
