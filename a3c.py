@@ -1268,6 +1268,9 @@ def main(argv=None, command_line: bool = False) -> int:
             episodes = 10 if args.episodes is None else args.episodes
             if episodes < 1:
                 raise UsageError(f"--episodes must be >= 1, got {episodes}")
+            if args.checkpoint is not None and not args.checkpoint.strip():
+                raise UsageError("--checkpoint is empty: give best, latest or a checkpoint's "
+                                 "path, or leave it out for best")
             try:
                 evaluate(args.eval, episodes, args.render, args.record,
                          checkpoint=args.checkpoint or "best")

@@ -347,6 +347,11 @@ def pick_checkpoint(run_dir: str, which: str) -> tuple[str, str]:
         if info is None:
             return path, "the best checkpoint (no best.json describes it)"
         return os.path.join(best_folder, info["checkpoint"]), f"the best checkpoint ({describe_best(info)})"
+    if os.path.isdir(which) and os.path.exists(os.path.join(which, "config.json")):  # a run's
+        if os.path.realpath(which) != os.path.realpath(run_dir):
+            raise UsageError(f"--checkpoint {which} is another run's folder: play that run with "
+                             f"--eval {which}")
+        return pick_checkpoint(run_dir, "best")
     if os.path.isdir(which):  # a checkpoint folder, such as the summary's best/: what its
         info = read_best_info(which)  # best.json names, where it has one
         path = os.path.join(which, info["checkpoint"]) if info else latest_checkpoint(which)

@@ -157,10 +157,18 @@ def file_name(env_id: str) -> str:
 
 def check_results_dir(results_dir: str) -> None:
     """UsageError, before a run starts, where no run folder could be made under results_dir:
-    a file on its path, or a folder on it that cannot be written (new_run_dir says the rest)."""
+    a file on its path, a folder on it that cannot be written, or a run folder's own (new_run_dir
+    says the rest)."""
     existing = os.path.abspath(results_dir)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
+    inside = existing
+    for _ in range(3):  # RUN, RUN/checkpoints, RUN/checkpoints/best: that run's files alone
+        if os.path.isfile(os.path.join(inside, "config.json")) and os.path.isdir(
+                os.path.join(inside, CHECKPOINT_FOLDER)):
+            raise UsageError(f"--results-dir {results_dir} is inside the run folder {inside}: "
+                             f"give a folder outside any run, e.g. results/")
+        inside = os.path.dirname(inside)
     if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
         what = "is not a folder" if not os.path.isdir(existing) else "cannot be written"
         raise UsageError(f"--results-dir {results_dir}: {existing} {what}; give a folder you "

@@ -25,7 +25,6 @@ or in an earlier session whose files are gone) is carried from there, and the ta
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import io
 import json
@@ -50,7 +49,7 @@ import numpy as np  # noqa: E402
 import config  # noqa: E402
 import runlog  # noqa: E402
 from checkpoints import file_name, latest_checkpoint, read_run  # noqa: E402
-from console import UsageError, first_line  # noqa: E402
+from console import OneLineParser, UsageError, first_line  # noqa: E402
 from environments import FRAME_SKIP  # noqa: E402
 
 PONG_GOAL, PONG_HOURS = 18.0, 2.0
@@ -503,7 +502,7 @@ def plot(game: str, runs_of_game: list, path: str, without_curve=()) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()),
+    parser = OneLineParser(description=" ".join(__doc__.split("\n\n")[0].split()),
                                      epilog="run: trains what is missing, one run at a time, "
                                      "resuming runs stopped part-way; report: writes the table, "
                                      "curves and GIFs")
@@ -518,6 +517,10 @@ def main(argv=None) -> int:
                         "go; `run` skips a finished run kept there (default: results/)")
     parser.add_argument("--no-save", action="store_true", help="report: print, write nothing")
     args = parser.parse_args(argv)
+    if not args.runs.strip():
+        parser.error("--runs is empty: give the folder that holds (or will hold) the run folders")
+    if os.path.basename(os.path.normpath(args.runs)) in {file_name(entry.game) for entry in SCOREBOARD}:
+        parser.error(f"--runs {args.runs} is a game's folder: give the folder above it")
     if args.what == "report" and not os.path.isdir(args.runs):
         parser.error(f"--runs {args.runs} is not a folder: give the one `run` trained into")
     if os.path.exists(os.path.join(args.runs, "config.json")) or glob.glob(

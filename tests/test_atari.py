@@ -412,10 +412,14 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     with pytest.raises(SystemExit) as refusal:
         atari_scoreboard.main(["report", "--runs", str(tmp_path), "--out", str(tmp_path / "no")])
     assert refusal.value.code == 2 and not (tmp_path / "no").exists()
-    for wrong in (tmp_path / "ALE_Pong-v5", tmp_path / "nothing-here"):  # a level too deep; none
+    (tmp_path / "empty" / "ALE_Breakout-v5").mkdir(parents=True)
+    capsys.readouterr()
+    for wrong in (tmp_path / "ALE_Pong-v5", tmp_path / "nothing-here", "",  # a level too deep;
+                  tmp_path / "empty" / "ALE_Breakout-v5"):  # none; empty; a game's, empty
         with pytest.raises(SystemExit) as refusal:
             atari_scoreboard.main(["report", "--runs", str(wrong), "--no-save"])
-        assert refusal.value.code == 2
+        err = capsys.readouterr().err
+        assert refusal.value.code == 2 and len(err.strip().splitlines()) == 1, err
     # a run folder it cannot read stops report before it writes anything (Pong's GIF included)
     damaged = tmp_path / "ALE_Breakout-v5" / "20260101T000000Z-s1"
     damaged.parent.mkdir()

@@ -1370,6 +1370,11 @@ def test_eval_refuses_another_runs_checkpoint_and_plays_a_loose_copy(trained_run
         refused(["--eval", str(other), "--checkpoint", given, "--record"], capsys,
                 f"is a checkpoint of the run {os.path.realpath(trained_run)}, not of {other}")
         assert os.listdir(other) == ["config.json"], "nothing written"
+    refused(["--eval", str(other), "--checkpoint", trained_run], capsys,  # (it said "no checkpoint")
+            f"--checkpoint {trained_run} is another run's folder: play that run with --eval")
+    refused(["--eval", trained_run, "--checkpoint", ""], capsys, "--checkpoint is empty")
+    assert a3c.main(["--eval", trained_run, "--episodes", "1", "--checkpoint", trained_run]) == 0
+    assert "the best checkpoint (deterministic return" in capsys.readouterr().out, "its own: best"
     loose = tmp_path / "loose" / "checkpoints-kept"  # (a project's config.json above it: no run)
     loose.mkdir(parents=True)
     (tmp_path / "config.json").write_text("{}")

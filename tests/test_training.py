@@ -296,6 +296,18 @@ def test_a_results_dir_that_only_the_folder_making_refuses_prints_no_preset_line
     # (as another user the pre-check refuses /proc first, which says no preset line either)
 
 
+def test_a_results_dir_inside_a_run_folder_is_refused(capsys, tmp_path):
+    """A new run inside an earlier run's folder (or its checkpoints/) would mix two runs' files."""
+    run = tmp_path / "CartPole-v1" / "20260101T000000Z-s1"
+    (run / "checkpoints" / "best").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    for inside in (run, run / "checkpoints", run / "checkpoints" / "best" / "new"):
+        refused(["--env", "CartPole-v1", "--results-dir", str(inside)], capsys,
+                f"is inside the run folder {run}")
+    assert sorted(os.listdir(run)) == ["checkpoints", "config.json"]
+    assert os.listdir(run / "checkpoints" / "best") == []
+
+
 def test_cli_refuses_an_unknown_environment(capsys, tmp_path):
     assert_refused(["--env", "NoSuchEnv-v9"], capsys, tmp_path, "NoSuchEnv-v9", "pprint_registry")
 
