@@ -14,7 +14,8 @@ import typing
 
 import numpy as np
 
-from checkpoints import CHECKPOINT_FOLDER, ENV_ID_VARIABLE, latest_checkpoint, write_atomically
+from checkpoints import (CHECKPOINT_FOLDER, ENV_ID_VARIABLE, latest_checkpoint, run_folder_of,
+                         write_atomically)
 from config import Config
 from console import UsageError, attempt, first_line, tenths, warn
 from environments import EnvSpec, make_envs
@@ -373,12 +374,7 @@ def refuse_another_runs(run_dir: str, which: str, path: str) -> None:
     """A checkpoint inside another run folder is played with that run's config (its env, net and
     statistics), and its recording goes there: --eval that run. (A copy outside any run folder
     plays with run_dir's.)"""
-    folder = os.path.dirname(os.path.realpath(path))
-    if os.path.basename(folder) == BEST_FOLDER:  # RUN/checkpoints/best/model-N
-        folder = os.path.dirname(folder)
-    if os.path.basename(folder) != CHECKPOINT_FOLDER:  # (else RUN/checkpoints/model-N)
-        return
-    owner = os.path.dirname(folder)
+    owner = run_folder_of(os.path.dirname(os.path.realpath(path)))  # ("/" for a loose copy)
     if os.path.exists(os.path.join(owner, "config.json")) and owner != os.path.realpath(run_dir):
         raise UsageError(f"--checkpoint {which} is a checkpoint of the run {owner}, not of "
                          f"{run_dir}: play it with --eval {owner} --checkpoint {which}")
