@@ -1,11 +1,11 @@
-"""Atari scoreboard: Pong on seeds 1-3, Breakout (the preset, and with the LSTM) and
-SpaceInvaders at 40M frames, beside the published anchors at equal frames.
+"""Atari scoreboard: Pong on seeds 1-3, Breakout and SpaceInvaders (the preset, and with the
+LSTM) at 40M frames, beside the published anchors at equal frames.
 
     python bench/atari_scoreboard.py run --runs RUNS      # trains what is missing, one at a time
     python bench/atari_scoreboard.py report --runs RUNS   # results/atari.md, curves and GIFs
 
 `run` trains each game and seed of SCOREBOARD with its preset (8 workers) under RUNS, and each
-variant (the preset with values changed, as --set does: Breakout with the LSTM) under
+variant (the preset with values changed, as --set does: the LSTM) under
 RUNS/<variant>/, one run at a time: each for the preset's 40M frames, Pong until the mean of
 the last 100 games reaches +18 or 2 hours of training if either comes first (it stops such a
 run as Ctrl-C does: the checkpoint is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a
@@ -97,7 +97,7 @@ class Entry(NamedTuple):
 
 SCOREBOARD = [Entry("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS)) for seed in (1, 2, 3)] + [
     Entry("ALE/Breakout-v5", 1), Entry("ALE/Breakout-v5", 1, variant="lstm"),
-    Entry("ALE/SpaceInvaders-v5", 1)]
+    Entry("ALE/SpaceInvaders-v5", 1), Entry("ALE/SpaceInvaders-v5", 1, variant="lstm")]
 WORKERS = 8
 MILESTONES = (10e6, 20e6, 40e6)  # frames
 EVAL_GAMES = 10
