@@ -65,7 +65,8 @@ from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, che
 from best_agent import (EVAL_SEED, BestCheckpoint, GreedyPlayer, TrialSchedule, best_kept,
                         pick_checkpoint, run_greedy_episodes)
 from recording import Drawing, save_animation
-from remote import ChiefLink, ClusterLog, RemoteGlobal, resume_hint, start_cluster_task
+from remote import (ChiefLink, ClusterLog, RemoteGlobal, follow_the_chief, run_to_join,
+                    start_cluster_task)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -899,42 +900,19 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
                  env_id: typing.Optional[str], console: Console) -> int:
     """train_as_worker, once it can read the chief's flags: wait for the run, join it, train."""
     watch = cluster_module.ChiefWatch(tf, control_sess, control)
-    deadline = time.time() + cluster_module.CHIEF_WAIT_S
-    while (state := watch.state()) == "waiting":
-        if time.time() > deadline:
-            warn(f"the chief (worker task 0) did not open the run within "
-                 f"{cluster_module.CHIEF_WAIT_S:.0f} s; start it with the same cluster file, then this")
-            return 1
-        time.sleep(0.5)
-    if state != "running":
-        raise UsageError(f"the cluster's run is {'over' if state in ('done', 'shutdown') else 'gone'}"
-                         f" (the chief is {state}); nothing to join")
-    run = json.loads(control_sess.run(control.config).decode())
-    totals, anneal_start = control_sess.run([control.totals, control.anneal_start])
-    if run["cluster"] != cluster.spec:
-        raise UsageError(f"this process's cluster {json.dumps(cluster.spec)} is not the chief's "
-                         f"{json.dumps(run['cluster'])}; give every process the same cluster file")
-    if env_id is not None and env_id != run["env"]:
-        raise UsageError(f"--env {env_id}: the cluster's run trains {run['env']}; a worker "
-                         f"process takes the chief's env and config (drop --env)")
-    run_cfg = config_module.from_dict(run["config"])  # the global net's, and its learning rates
-    if run_cfg.sync_updates and control_sess.run(control.pushes)[cluster.task]:
-        # its last round may still be in the queues on the ps: taking it back could misalign
-        # the rounds; the chief ends the run when it goes silent
-        raise UsageError(f"worker process {cluster.task} already took part in this synchronous "
-                         f"(--sync) run, which cannot take a worker process back; once the chief "
-                         f"has ended it, {resume_hint()}")
-    cfg = run_cfg if workers is None else checked(dataclasses.replace(run_cfg, workers=workers))
-    seed = int(np.random.SeedSequence([run["seed"], cluster.task]).generate_state(1)[0])
-    spec = probe_spec(run["env"], cfg)
-    team = Team(spec, cfg, seed, cluster=True)
-    remote = RemoteGlobal(ACNet, spec, run_cfg, cluster, server)  # the chief's rates, whatever --workers
+    run = run_to_join(cluster, control, control_sess, watch, env_id)
+    if run is None:
+        return 1
+    cfg = run.cfg if workers is None else checked(dataclasses.replace(run.cfg, workers=workers))
+    spec = probe_spec(run.env_id, cfg)
+    team = Team(spec, cfg, run.seed, cluster=True)
+    remote = RemoteGlobal(ACNet, spec, run.cfg, cluster, server)  # the chief's rates, whatever --workers
     try:
         remote.mark_finished(0)  # (a process that rejoins)
         team.open()
-        team.make_workers(run["env"])
-        remote.log = ClusterLog(cfg, cluster.task, totals, AnnealStart(*anneal_start))
-        team.prepare(seed, remote, chief=False)
+        team.make_workers(run.env_id)
+        remote.log = ClusterLog(cfg, cluster.task, run.totals, run.anneal_start)
+        team.prepare(run.seed, remote, chief=False)
     except BaseException:
         team.close()
         if cfg.sync_updates:  # the chief's rounds must not wait for this process
@@ -942,45 +920,11 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
         remote.close()
         raise
     team.start(remote.log)
-    console.say(f"worker process {cluster.task} joined the run of {run['env']} at "
-                f"{int(totals[0]):,} env steps with {counted(cfg.workers, 'worker')} x "
+    console.say(f"worker process {cluster.task} joined the run of {run.env_id} at "
+                f"{int(run.totals[0]):,} env steps with {counted(cfg.workers, 'worker')} x "
                 f"{counted(cfg.envs_per_worker, 'env')}"
                 f"{', synchronous updates (A2C)' if cfg.sync_updates else ''}")
-    outcome = "done"
-    try:
-        while not team.coord.wait_for_stop(0.5):
-            state = watch.state()
-            if state in ("done", "shutdown", "silent", "lost", "waiting", "restarted"):
-                outcome = state
-                team.coord.request_stop()
-    except KeyboardInterrupt:
-        outcome = "interrupted"
-    error, stuck = team.stop(None if team.rounds is None else
-                             lambda: remote.release_rounds(every_process=False))
-    if outcome in ("done", "interrupted") and error is None and not stuck:
-        attempt("send the last episodes to the chief", remote.flush)
-    elif team.rounds is not None and outcome not in ("lost", "silent"):
-        # --sync: the chief's rounds wait for this process until it says it has stopped
-        attempt("tell the chief this process stopped", remote.mark_finished, 1)
-    if stuck:  # closing what a running thread uses could crash the process
-        warn(f"{', '.join(stuck)} did not stop within 30 s; leaving without closing")
-    else:
-        team.close()
-        attempt("close the session with the ps tasks", remote.close)
-    if outcome in ("waiting", "restarted"):
-        warn("the chief (worker task 0) started the run anew; start this process again to join it")
-        return 1
-    if outcome == "silent":
-        warn(f"the chief (worker task 0) has been silent for {cluster_module.CHIEF_SILENCE_S:.0f} s, "
-             f"so this process stopped; {resume_hint()}")
-        return 1
-    if outcome == "lost" or error is not None:
-        why = f"{first_line(error)}" if error is not None else "ps task 0 does not answer"
-        warn(f"worker process {cluster.task} stopped: {why}; if a ps task or the chief went away, "
-             f"{resume_hint()}")
-        return 1
-    console.say(f"worker process {cluster.task}: {'interrupted' if outcome == 'interrupted' else 'the run is over'}")
-    return 130 if outcome == "interrupted" else 0
+    return follow_the_chief(team, remote, watch, cluster.task, console)
 
 
 # ---------------------------------------------------------------------------------------------

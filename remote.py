@@ -1,18 +1,22 @@
 """Push and pull across processes (--cluster): the global net on TensorFlow's ps tasks as a
 worker process sees it (RemoteGlobal), the counters a worker process's threads share
-(ClusterLog), and what the chief does for the cluster (ChiefLink). Launching and supervising
-the processes is cluster.py's."""
+(ClusterLog), what the chief does for the cluster (ChiefLink), and how another worker process
+joins the chief's run and follows it to its end (run_to_join, follow_the_chief). Launching and
+supervising the processes is cluster.py's."""
 from __future__ import annotations
 
+import json
 import threading
 import time
+import typing
 from collections import deque
 
 import numpy as np
 
 import cluster as cluster_module
+import config as config_module
 from config import Config
-from console import WorkerError, first_line
+from console import UsageError, WorkerError, attempt, first_line, warn
 from environments import EnvSpec
 from networks import make_optimizers, mean_gradient_update, optimizer_groups
 from runlog import AnnealStart, EpisodeLog, budget_used, falling_lr_fraction
@@ -614,3 +618,86 @@ def start_cluster_task(cluster) -> "v1.train.Server":
 def resume_hint() -> str:
     return ("the chief's last checkpoint keeps the run: resume it on the chief's machine with "
             "--resume RUN_DIR and the same cluster")
+
+
+class RunToJoin(typing.NamedTuple):
+    """What a worker process other than the chief takes from the chief (through ps task 0)."""
+    env_id: str
+    cfg: Config          # the run's: the global net's, and its learning rates
+    seed: int            # this process's, drawn from the run's and its task
+    totals: np.ndarray   # the run's counters when it joins
+    anneal_start: AnnealStart
+
+
+def run_to_join(cluster, control, control_sess, watch, env_id: typing.Optional[str]):
+    """Wait for the chief to open the run (None, told, if it does not within
+    cluster.CHIEF_WAIT_S), then read it; UsageError where this process cannot join it."""
+    deadline = time.time() + cluster_module.CHIEF_WAIT_S
+    while (state := watch.state()) == "waiting":
+        if time.time() > deadline:
+            warn(f"the chief (worker task 0) did not open the run within "
+                 f"{cluster_module.CHIEF_WAIT_S:.0f} s; start it with the same cluster file, then this")
+            return None
+        time.sleep(0.5)
+    if state != "running":
+        raise UsageError(f"the cluster's run is {'over' if state in ('done', 'shutdown') else 'gone'}"
+                         f" (the chief is {state}); nothing to join")
+    run = json.loads(control_sess.run(control.config).decode())
+    totals, anneal_start = control_sess.run([control.totals, control.anneal_start])
+    if run["cluster"] != cluster.spec:
+        raise UsageError(f"this process's cluster {json.dumps(cluster.spec)} is not the chief's "
+                         f"{json.dumps(run['cluster'])}; give every process the same cluster file")
+    if env_id is not None and env_id != run["env"]:
+        raise UsageError(f"--env {env_id}: the cluster's run trains {run['env']}; a worker "
+                         f"process takes the chief's env and config (drop --env)")
+    run_cfg = config_module.from_dict(run["config"])
+    if run_cfg.sync_updates and control_sess.run(control.pushes)[cluster.task]:
+        # its last round may still be in the queues on the ps: taking it back could misalign
+        # the rounds; the chief ends the run when it goes silent
+        raise UsageError(f"worker process {cluster.task} already took part in this synchronous "
+                         f"(--sync) run, which cannot take a worker process back; once the chief "
+                         f"has ended it, {resume_hint()}")
+    seed = int(np.random.SeedSequence([run["seed"], cluster.task]).generate_state(1)[0])
+    return RunToJoin(run["env"], run_cfg, seed, totals, AnnealStart(*anneal_start))
+
+
+def follow_the_chief(team, remote: RemoteGlobal, watch, task: int, console) -> int:
+    """A joined worker process's team (started) trains until the chief ends the run, goes
+    silent or starts it anew, or Ctrl-C; then it stops, sends what it has and closes. Returns
+    0 when the run is over, 1 if the chief or a ps task went away or a worker raised, 130 on
+    Ctrl-C (or SIGTERM)."""
+    outcome = "done"
+    try:
+        while not team.coord.wait_for_stop(0.5):
+            state = watch.state()
+            if state in ("done", "shutdown", "silent", "lost", "waiting", "restarted"):
+                outcome = state
+                team.coord.request_stop()
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+    error, stuck = team.stop(None if team.rounds is None else
+                             lambda: remote.release_rounds(every_process=False))
+    if outcome in ("done", "interrupted") and error is None and not stuck:
+        attempt("send the last episodes to the chief", remote.flush)
+    elif team.rounds is not None and outcome not in ("lost", "silent"):
+        # --sync: the chief's rounds wait for this process until it says it has stopped
+        attempt("tell the chief this process stopped", remote.mark_finished, 1)
+    if stuck:  # closing what a running thread uses could crash the process
+        warn(f"{', '.join(stuck)} did not stop within 30 s; leaving without closing")
+    else:
+        team.close()
+        attempt("close the session with the ps tasks", remote.close)
+    if outcome in ("waiting", "restarted"):
+        warn("the chief (worker task 0) started the run anew; start this process again to join it")
+        return 1
+    if outcome == "silent":
+        warn(f"the chief (worker task 0) has been silent for {cluster_module.CHIEF_SILENCE_S:.0f} s, "
+             f"so this process stopped; {resume_hint()}")
+        return 1
+    if outcome == "lost" or error is not None:
+        why = f"{first_line(error)}" if error is not None else "ps task 0 does not answer"
+        warn(f"worker process {task} stopped: {why}; if a ps task or the chief went away, "
+             f"{resume_hint()}")
+        return 1
+    console.say(f"worker process {task}: {'interrupted' if outcome == 'interrupted' else 'the run is over'}")
+    return 130 if outcome == "interrupted" else 0
