@@ -17,7 +17,6 @@ agent steps/s: that is the ceiling the trainer is compared with. Run it alone.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -27,6 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # bench/ is on the path already, as this script's folder
 
 import config as config_module  # noqa: E402
+from console import OneLineParser  # noqa: E402
 import throughput  # noqa: E402  (its measure(): the trainer in a fresh process)
 
 ENV_ID = "ALE/Pong-v5"
@@ -87,7 +87,7 @@ def loop_costs(envs_per_worker: int, rollouts: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="bench/atari_costs.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs-per-worker", nargs="+", type=int, default=[8])
     parser.add_argument("--rollouts", type=int, default=60)
     parser.add_argument("--trainer-workers", type=int, default=8)

@@ -502,8 +502,8 @@ def plot(game: str, runs_of_game: list, path: str, without_curve=()) -> None:
 
 
 def main(argv=None) -> int:
-    parser = OneLineParser(description=" ".join(__doc__.split("\n\n")[0].split()),
-                                     epilog="run: trains what is missing, one run at a time, "
+    parser = OneLineParser(prog="bench/atari_scoreboard.py", description=" ".join(__doc__.split("\n\n")[0].split()),
+                           epilog="run: trains what is missing, one run at a time, "
                                      "resuming runs stopped part-way; report: writes the table, "
                                      "curves and GIFs")
     parser.add_argument("what", choices=("run", "report"))

@@ -17,7 +17,6 @@ results/cluster_<mode>.md (and a plot) unless --no-save. Run it alone.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -33,6 +32,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import config as config_module  # noqa: E402  (plain Python: no TensorFlow in this process)
+from console import OneLineParser  # noqa: E402
 
 A3C = os.path.join(ROOT, "a3c.py")
 ENV = "Pendulum-v1"
@@ -243,7 +243,7 @@ def learning(seeds: list, workers: int, sets: list) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="bench/cluster.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=["throughput", "capacity", "learning"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--workers", type=int, default=4, help="threads per process (default 4)")

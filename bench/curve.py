@@ -10,7 +10,6 @@ run's episodes.csv, config.json and checkpoints/best/best.json: nothing is typed
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -22,7 +21,7 @@ import best_agent  # noqa: E402
 import checkpoints  # noqa: E402
 import environments  # noqa: E402
 import runlog  # noqa: E402
-from console import UsageError, first_line  # noqa: E402
+from console import OneLineParser, UsageError, first_line  # noqa: E402
 
 
 def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -48,7 +47,7 @@ def refuse(why: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = OneLineParser(prog="bench/curve.py", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("run_dir")
     parser.add_argument("--levels", nargs="+", type=float, default=[-20, -15, -10, 0, 18])
     parser.add_argument("--name", required=True, help="output names: <name>.md and <name>.png")

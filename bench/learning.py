@@ -18,7 +18,6 @@ are measured in this one run.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import io
 import os
@@ -36,7 +35,7 @@ import checkpoints  # noqa: E402
 import environments  # noqa: E402
 import runlog  # noqa: E402
 import sessions  # noqa: E402
-from console import UsageError  # noqa: E402
+from console import OneLineParser, UsageError  # noqa: E402
 import config as config_module  # noqa: E402
 from targets import (ATARI_TARGETS, CLEANRL_PPO_LAST_100, MUJOCO_STEPS, MUJOCO_TARGETS,  # noqa: E402
                      TARGETS)
@@ -278,7 +277,7 @@ def plot(results: list[dict], env_id: str, path: str, settings: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = OneLineParser(prog="bench/learning.py", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--envs", nargs="+", default=list(TARGETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(range(1, 10)))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

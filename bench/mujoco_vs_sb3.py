@@ -16,7 +16,6 @@ env on one core (more cores do not make it faster); ours uses both.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import io
 import json
@@ -28,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import a3c  # noqa: E402
 import config as config_module  # noqa: E402
 import runlog  # noqa: E402
-from console import UsageError  # noqa: E402
+from console import OneLineParser, UsageError  # noqa: E402
 
 EVAL_EPISODES = 20
 # what a run may change and still be the preset's: its seed, budget and bookkeeping
@@ -142,7 +141,7 @@ def compare(sb3: list[dict], runs: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = OneLineParser(prog="bench/mujoco_vs_sb3.py", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--runs", nargs="+", required=True, help="folders holding our run folders")
     results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
     parser.add_argument("--sb3", default=os.path.join(results, "sb3_a2c_mujoco.json"))

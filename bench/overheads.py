@@ -14,7 +14,6 @@ save_animation uses, on the same frames.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -26,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import throughput  # noqa: E402  (git_commit, save_results)
+from console import OneLineParser  # noqa: E402
 
 TIMED_IMPORT = ("import time; started = time.process_time(); {before}import a3c; "
                 "import sys; print(time.process_time() - started, 'keras' in sys.modules)")
@@ -71,7 +71,7 @@ def gif_cpu_per_frame(frames: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="bench/overheads.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--frames", type=int, default=300)
     parser.add_argument("--no-save", action="store_true")

@@ -13,7 +13,6 @@ call took effect exactly once (none lost to a refusal, none applied twice). Run 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -23,13 +22,14 @@ sys.path.insert(0, ROOT)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
+from console import OneLineParser  # noqa: E402
 
 import sessions  # noqa: E402
 import cluster as cluster_module  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="bench/ps_repeats.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=150.0)
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()

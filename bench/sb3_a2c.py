@@ -11,7 +11,6 @@ seconds, next to its env steps/s. Writes results/sb3_a2c.md unless --no-save.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -20,6 +19,9 @@ import time
 from collections import deque
 
 from targets import TARGETS as BENCH_TARGETS  # run as bench/sb3_a2c.py: bench/ is on the path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from console import OneLineParser  # noqa: E402  (the standard library only)
 
 # the hyperparameters of rl-baselines3-zoo's a2c.yml for these envs (8 envs each)
 ZOO = {
@@ -110,7 +112,7 @@ def deterministic_eval(model, train_env, env_id: str, seed: int, episodes: int) 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = OneLineParser(prog="bench/sb3_a2c.py", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--envs", nargs="+", default=list(ZOO))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--budget-steps", type=int, default=600_000)

@@ -17,11 +17,14 @@ the numbers docs/atari.md quotes come from its output.
 """
 from __future__ import annotations
 
-import argparse
 import math
+import os
 import sys
 import time
 from collections import deque
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from console import OneLineParser  # noqa: E402  (the standard library only)
 
 PRINT_EVERY_STEPS = 50_000  # agent steps (4 frames each)
 ENVS = 16  # rl-zoo's n_envs for A2C on Atari
@@ -29,7 +32,7 @@ UPDATE_FRAMES = ENVS * 5 * 4  # one A2C update: 5 steps of every env, 4 frames a
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = OneLineParser(prog="bench/sb3_atari.py", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--game", default="Breakout")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--frames", type=float, default=6e6)

@@ -20,7 +20,6 @@ against env steps and against wall seconds). --quick writes study_quick* instead
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import io
 import json
@@ -39,6 +38,7 @@ import checkpoints  # noqa: E402
 import runlog  # noqa: E402
 import sessions  # noqa: E402
 import config as config_module  # noqa: E402
+from console import OneLineParser  # noqa: E402
 from targets import TARGETS  # noqa: E402
 
 ENVS = ("Pendulum-v1", "CartPole-v1")
@@ -329,7 +329,7 @@ def verdicts(results: list) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = OneLineParser(prog="bench/study.py", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--quick", action="store_true", help="one seed, short budgets (~5 min)")
     parser.add_argument("--seeds", nargs="+", type=int, help=f"default {' '.join(map(str, SEEDS))}")
     parser.add_argument("--out", default="results")

@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import config as config_module  # noqa: E402  (plain Python: no TensorFlow in the parent)
-from console import UsageError  # noqa: E402
+from console import OneLineParser, UsageError  # noqa: E402
 from environments import probe_spec  # noqa: E402
 
 FIXED_ACTIONS = {"Pendulum-v1": [0.0], "CartPole-v1": 0}
@@ -164,7 +164,7 @@ def steps_for(env_id: str, workers: int, envs_per_worker: int) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = OneLineParser(prog="bench/throughput.py", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--envs", nargs="+", default=["Pendulum-v1", "CartPole-v1"])
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     parser.add_argument("--envs-per-worker", nargs="+", type=int, default=[1, 4, 8, 16, 32])

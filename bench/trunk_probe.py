@@ -11,7 +11,6 @@ steps. Writes results/<name>.md (--out to put it elsewhere); nothing is typed by
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import glob
 import os
@@ -53,7 +52,7 @@ def checkpoints_of(run_dir: str) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = console.OneLineParser(prog="bench/trunk_probe.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir")
     parser.add_argument("--name", required=True, help="results/<name>.md")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(

@@ -5,6 +5,7 @@ import glob
 import io
 import json
 import os
+import sys
 import threading
 import warnings
 
@@ -410,6 +411,29 @@ def test_the_learning_benchmark_refuses_bad_runs_in_one_line_before_any_trains(
     for word in words:
         assert word in captured.err
     assert not (tmp_path / "runs").exists() and list(tmp_path.iterdir()) == []
+
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+@pytest.mark.parametrize("script", sorted(name for name in os.listdir(BENCH)
+                                          if name.endswith(".py") and name != "targets.py"))
+def test_every_benchmark_refuses_an_unknown_flag_in_one_line_that_names_it(script, capsys, monkeypatch):
+    import importlib.util
+    import inspect
+
+    # loaded under its own name: bench/cluster.py must not replace cluster.py in sys.modules
+    spec = importlib.util.spec_from_file_location(f"bench_{script[:-3]}", os.path.join(BENCH, script))
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # (dataclasses look their module up)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # undo the path each script puts bench/ on
+    spec.loader.exec_module(module)
+    monkeypatch.setattr("sys.argv", [script, "--bogus"])
+    with pytest.raises(SystemExit) as refusal:
+        module.main(["--bogus"]) if inspect.signature(module.main).parameters else module.main()
+    err = capsys.readouterr().err.strip()
+    assert refusal.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"bench/{script}: error:") and f"python bench/{script} --help" in err
 
 
 def test_cli_rejects_malformed_flags_with_exit_2_in_one_line(capsys, tmp_path, monkeypatch):
