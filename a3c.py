@@ -384,8 +384,13 @@ class Worker:
         # a policy that narrows with the learning rate acts, and its rollout is trained on, with
         # the fraction of the last push (act_schedule: () where sigma does not narrow)
         scheduled = [net.acting_fraction] if net.policy.uses_schedule else []
+        # use_sde: each env's noise matrix, drawn anew for each rollout (() without use_sde)
+        noise_feeds = [net.policy.noise_in] if net.policy.noise_in is not None else []
+        # the call after a push draws the next rollout's first actions (a cluster's does not)
+        after_pull_noise = [net.policy_after_pull.noise_in] if noise_feeds and remote is None else []
+        self.noise_after_pull = bool(after_pull_noise)
         self.act = session_callable(sess, [net.policy.sample, net.policy.env_action, *net.state_out],
-                                    [net.obs, *net.state_in, *scheduled])
+                                    [net.obs, *net.state_in, *scheduled, *noise_feeds])
         self.act_schedule = tuple(np.float32(1.0) for _ in scheduled)
         self.rounds = rounds
         if rounds is not None:
@@ -395,12 +400,13 @@ class Worker:
             self.pull_and_act = session_callable(
                 sess, [net.policy_after_pull.sample, net.policy_after_pull.env_action,
                        *net.state_after_pull],
-                [net.current_obs, *net.current_state, net.lr_fraction])
+                [net.current_obs, *net.current_state, net.lr_fraction, *after_pull_noise])
         elif remote is None:
             self.update = session_callable(
                 sess, [net.push_and_pull, net.entropy, net.grad_norm, net.policy_after_pull.sample,
                        net.policy_after_pull.env_action, *net.state_after_pull],
-                [*net.rollout_feeds, net.current_obs, *net.current_state, *scheduled, net.lr_fraction])
+                [*net.rollout_feeds, net.current_obs, *net.current_state, *scheduled, net.lr_fraction,
+                 *after_pull_noise])
         else:
             self.update = remote.update_for(net, sess, scheduled)
         if remote is None:
@@ -410,11 +416,19 @@ class Worker:
         # (sampled, for the envs, the LSTM state after this step) for self.obs, chosen by the last update
         self.chosen_actions = None
         first_seed = seed * 1000 + self.index * len(self.envs)
+        self.noise_rng = np.random.default_rng(first_seed)
+        self.noise_shape = ((len(self.envs), *net.policy.noise_in.shape[1:].as_list())
+                            if noise_feeds else None)
+        self.noise = self.draw_noise()
         self.obs = self.envs.reset(first_seed + np.arange(len(self.envs))).astype(self.spec.obs_dtype)
         # with an LSTM: each env's (c, h), carried from step to step and rollout to rollout,
         # zeroed when its episode ends; () without one
         self.state = tuple(np.zeros((len(self.envs), self.cfg.lstm_units), np.float32)
                            for _ in net.state_in)
+
+    def draw_noise(self) -> tuple:
+        return (() if self.noise_shape is None else
+                (self.noise_rng.standard_normal(self.noise_shape, np.float32),))
 
     def rollout(self) -> typing.Optional[list]:
         """Act n_steps in every env; return (env index, raw return, length) of episodes that ended,
@@ -431,7 +445,7 @@ class Worker:
                 return None
             self.rollout_obs[t] = self.obs
             if self.chosen_actions is None:
-                self.chosen_actions = self.act(self.obs, *self.state, *self.act_schedule)
+                self.chosen_actions = self.act(self.obs, *self.state, *self.act_schedule, *self.noise)
             self.actions[t], env_actions, *state = self.chosen_actions
             self.state = tuple(state)
             self.chosen_actions = None
@@ -466,12 +480,15 @@ class Worker:
                    self.actions.reshape(T * E, *self.actions.shape[2:]),
                    self.next_obs.reshape(T * E, *self.spec.obs_shape), self.rewards,
                    self.terminated, self.ended, *self.rollout_state)
+        self.noise = self.draw_noise()  # the next rollout's, whose first actions this call draws
+        noise = self.noise if self.noise_after_pull else ()
         if self.rounds is None:
             entropy, grad_norm, *chosen = self.update(*rollout, self.obs, *self.state,
-                                                      *self.act_schedule, np.float32(lr_fraction))
+                                                      *self.act_schedule, np.float32(lr_fraction),
+                                                      *noise)
         else:  # --sync: wait for every worker's gradients to be applied, then pull
             entropy, grad_norm = self.store(*rollout, *self.act_schedule)
-            chosen = (self.pull_and_act(self.obs, *self.state, np.float32(lr_fraction))
+            chosen = (self.pull_and_act(self.obs, *self.state, np.float32(lr_fraction), *noise)
                       if self.rounds.join(self.coord, lr_fraction) else [])
         self.chosen_actions = chosen or None  # none from a cluster's update: the next step acts
         # the next actions were drawn with this push's fraction: so are the rest of the rollout's

@@ -80,6 +80,11 @@ class GaussianPolicy:
     mean  = (low + high) / 2 + (high - low) / 2 * tanh(u)
     sigma = (softplus(v) + sigma_floor) * (high - low) / 2, v from the state or a free parameter,
             times final_sigma_scale + (1 - final_sigma_scale) * schedule in a worker's net
+    With use_sde (gSDE, Raffin et al. 2021) the noise of action a is instead sum_f z_f W_fa
+    eps_fa (+ sigma_floor's own), z the features scaled to unit length, W = softplus(w), eps a
+    matrix each env draws once a rollout and feeds as noise_in: in the states one rollout visits
+    the perturbation changes smoothly, and sigma_a = sqrt(sum_f z_f^2 W_fa^2 + sigma_floor^2),
+    the same half-range scale and schedule. noise_in defaults to zeros (a net that never samples).
     The raw sample is what the log-probability is taken of; the env gets it clipped to the bounds.
     """
 
@@ -88,19 +93,35 @@ class GaussianPolicy:
         centre = (spec.action_high + spec.action_low) / 2
         u = dense(features, spec.n_actions, "mean", gain=0.01)
         v_init = np.log(np.expm1(cfg.initial_sigma - cfg.sigma_floor))  # softplus(v_init) + floor
-        if cfg.sigma_from_state:
-            v = dense(features, spec.n_actions, "sigma", gain=0.01, bias=v_init)
-        else:  # one learned sigma per action dimension, shared by all states
-            v = v1.get_variable("sigma/v", [spec.n_actions], initializer=v1.constant_initializer(v_init))
-            v = v + tf.zeros_like(u)
         self.mean = centre + half_range * tf.tanh(u)
-        self.sigma = (tf.nn.softplus(v) + cfg.sigma_floor) * half_range
         # final_sigma_scale: sigma narrows with the learning rate's fraction; a rollout's actions
         # are drawn, and their log-probs taken, with the fraction of the push before it
         self.uses_schedule = schedule is not None and cfg.final_sigma_scale != 1.0 and cfg.anneal_lr
-        if self.uses_schedule:
-            self.sigma = self.sigma * (cfg.final_sigma_scale + (1.0 - cfg.final_sigma_scale) * schedule)
-        self.sample = self.mean + self.sigma * tf.random.normal(tf.shape(self.mean))
+        narrowing = (cfg.final_sigma_scale + (1.0 - cfg.final_sigma_scale) * schedule
+                     if self.uses_schedule else 1.0)
+        self.noise_in = None
+        if cfg.use_sde:
+            n_features = int(features.shape[-1])
+            unit = tf.stop_gradient(tf.math.l2_normalize(features, axis=1))  # (gSDE: features fixed)
+            # with every W_fa at its start, sigma_a is initial_sigma's (plus the floor's share)
+            weights = tf.nn.softplus(v1.get_variable(
+                "sigma/w", [n_features, spec.n_actions], initializer=v1.constant_initializer(v_init)))
+            self.noise_in = v1.placeholder_with_default(
+                np.zeros((1, n_features, spec.n_actions), np.float32),
+                [None, n_features, spec.n_actions], "sde_noise")
+            unit_sigma = tf.sqrt(tf.matmul(tf.square(unit), tf.square(weights)) + cfg.sigma_floor ** 2)
+            noise = (tf.reduce_sum(unit[:, :, None] * weights * self.noise_in, axis=1)
+                     + cfg.sigma_floor * tf.random.normal(tf.shape(self.mean)))
+        else:
+            if cfg.sigma_from_state:
+                v = dense(features, spec.n_actions, "sigma", gain=0.01, bias=v_init)
+            else:  # one learned sigma per action dimension, shared by all states
+                v = v1.get_variable("sigma/v", [spec.n_actions], initializer=v1.constant_initializer(v_init))
+                v = v + tf.zeros_like(u)
+            unit_sigma = tf.nn.softplus(v) + cfg.sigma_floor
+            noise = unit_sigma * tf.random.normal(tf.shape(self.mean))
+        self.sigma = unit_sigma * half_range * narrowing
+        self.sample = self.mean + noise * half_range * narrowing
         self.env_action = tf.clip_by_value(self.sample, spec.action_low, spec.action_high)
         self.greedy_action = self.mean
         self.entropy = tf.reduce_sum(0.5 + 0.5 * np.log(2 * np.pi) + tf.math.log(self.sigma), axis=1)

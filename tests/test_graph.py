@@ -325,6 +325,70 @@ def test_a_state_dependent_sigma_depends_on_the_state():
     np.testing.assert_allclose(np.median(state_sigma), 0.7 * 2, rtol=0.2)  # initial_sigma x half range
 
 
+def test_sde_noise_spreads_by_its_sigma_which_depends_on_the_state_and_log_prob_is_its_gaussians():
+    spec = box_spec([-2.0, 0.0], [2.0, 1.0])
+    rng = np.random.default_rng(4)
+    draws = 4000
+    features = np.repeat(np.abs(rng.normal(size=(1, 16))).astype(np.float32), draws, axis=0)
+    other = np.abs(rng.normal(size=(draws, 16))).astype(np.float32)  # other states
+
+    def build():
+        x = v1.placeholder(tf.float32, [None, 16])
+        policy = networks.GaussianPolicy(x, spec, Config(use_sde=True))
+        weights = v1.get_collection(v1.GraphKeys.GLOBAL_VARIABLES, "sigma/w")[0]
+        spread = weights.assign(rng.normal(size=(16, 2)).astype(np.float32))  # W differs by entry
+        return x, policy, spread
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x, policy, spread = build()
+        actions = v1.placeholder(tf.float32, [None, 2])
+        log_prob = policy.log_prob(actions)
+        sess = v1.Session(graph=graph)
+        sess.run(v1.global_variables_initializer())
+    sess.run(spread)
+    noise = rng.normal(size=(draws, 16, 2)).astype(np.float32)
+    sample, mean, sigma = sess.run([policy.sample, policy.mean, policy.sigma],
+                                   {x: features, policy.noise_in: noise})
+    np.testing.assert_allclose(np.std(sample - mean, axis=0), sigma[0], rtol=0.06)
+    assert np.ptp(sess.run(policy.sigma, {x: other}), axis=0).min() > 1e-3, "sigma varies with the state"
+    z = (sample[:5] - mean[:5]) / sigma[:5]
+    np.testing.assert_allclose(sess.run(log_prob, {x: features[:5], actions: sample[:5]}),
+                               np.sum(-0.5 * z ** 2 - np.log(sigma[:5]) - 0.5 * np.log(2 * np.pi), 1),
+                               rtol=1e-4)
+    # without noise fed (a net that never samples) only the floor's own noise is left
+    floor = Config().sigma_floor * np.array([2.0, 0.5])
+    quiet = sess.run(policy.sample, {x: features}) - mean
+    np.testing.assert_allclose(np.std(quiet, axis=0), floor, rtol=0.06)
+    sess.close()
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_worker_draws_its_sde_noise_once_a_rollout_and_the_update_acts_with_the_next(sync):
+    cfg = Config(workers=1, envs_per_worker=3, n_steps=4, use_sde=True, sync_updates=sync,
+                 actor_hidden=(16,), critic_hidden=(8,))
+    spec = environments.probe_spec("Pendulum-v1", cfg)
+    sess, global_net, (net,) = build_session(spec, cfg)
+    worker = a3c.Worker(0, net, "Pendulum-v1", spec, cfg)
+    rounds = a3c.UpdateRound.in_one_process(sess, global_net, 1) if sync else None
+    worker.prepare(sess, seed=3, rounds=rounds)
+    floor = cfg.sigma_floor * 2.0  # of Pendulum's half range
+
+    def off(noise):  # the sample for the current obs with this noise, less the chosen one
+        sample, *_ = worker.act(worker.obs, *worker.state, *worker.act_schedule, *noise)
+        return np.abs(sample - worker.chosen_actions[0]).max()
+
+    first = worker.noise
+    worker.rollout()
+    assert worker.noise is first, "one noise matrix for the whole rollout"
+    worker.push_and_pull(1.0)
+    assert worker.noise is not first and not np.allclose(worker.noise[0], first[0])
+    # the push's call drew the next rollout's first actions with the new matrix, not the old
+    assert off(worker.noise) < 6 * floor < off(first)
+    worker.close()
+    sess.close()
+
+
 def test_scale_obs_maps_finite_bounds_to_unit_range_and_leaves_infinite_ones():
     low = np.array([-1.0, 0.0, -np.inf, -8.0])
     high = np.array([1.0, 10.0, np.inf, 8.0])
@@ -509,7 +573,7 @@ OTHER_VALUE = dict(cnn="nature", trunk_activation="relu", repeat_action_probabil
                    actor_hidden=(7,), critic_hidden=(7,), shared_lr=0.123, value_loss_coef=0.3,
                    hidden_activation="tanh", lstm_units=16, lstm_input_hidden=(9,),
                    anneal_steps=1234, obs_clip=3.0, scale_obs=True, best_trial_cpu_share=0.5,
-                   terminal_on_life_loss=True)
+                   terminal_on_life_loss=True, use_sde=True)
 
 
 def graph_bytes(spec, cfg) -> bytes:
@@ -521,7 +585,7 @@ def graph_bytes(spec, cfg) -> bytes:
 
 @pytest.mark.parametrize("env_id, overrides", [
     ("CartPole-v1", {}), ("Pendulum-v1", {"use_lstm": True, "anneal_lr": False}),
-    ("ALE/Pong-v5", {})])
+    ("Pendulum-v1", {"use_sde": True}), ("ALE/Pong-v5", {})])
 def test_the_settings_a_run_warns_change_nothing_leave_its_graph_as_it_is(env_id, overrides):
     """What `--set` warns of as changing nothing (config.unused_fields) builds the same graph,
     all of them changed at once; the env and schedule settings among them act outside it
