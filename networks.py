@@ -141,6 +141,7 @@ class SoftmaxPolicy:
 
     def __init__(self, features, spec: EnvSpec, cfg: Config, schedule=None):
         self.uses_schedule = False
+        self.noise_in = None  # (use_sde is for continuous actions)
         self.logits = dense(features, spec.n_actions, "logits", gain=0.01)
         self.log_probs = tf.nn.log_softmax(self.logits)
         self.sample = tf.squeeze(tf.random.categorical(self.logits, 1, dtype=tf.int32), axis=1)
