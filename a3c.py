@@ -386,8 +386,10 @@ class Worker:
         scheduled = [net.acting_fraction] if net.policy.uses_schedule else []
         # use_sde: each env's noise matrix, drawn anew for each rollout (() without use_sde)
         noise_feeds = [net.policy.noise_in] if net.policy.noise_in is not None else []
-        # the call after a push draws the next rollout's first actions (a cluster's does not)
-        after_pull_noise = [net.policy_after_pull.noise_in] if noise_feeds and remote is None else []
+        # the call after a push draws the next rollout's first actions (an asynchronous
+        # cluster's update does not: there the next act call draws them)
+        after_pull_noise = ([net.policy_after_pull.noise_in]
+                            if noise_feeds and (remote is None or rounds is not None) else [])
         self.noise_after_pull = bool(after_pull_noise)
         self.act = session_callable(sess, [net.policy.sample, net.policy.env_action, *net.state_out],
                                     [net.obs, *net.state_in, *scheduled, *noise_feeds])

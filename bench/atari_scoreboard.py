@@ -54,7 +54,8 @@ from environments import FRAME_SKIP  # noqa: E402
 
 PONG_GOAL, PONG_HOURS = 18.0, 2.0
 # A variant is the preset with some values changed (a3c.py's --set); its runs go under
-# RUNS/<variant>/, its rows are named by it. docs/atari.md has why the LSTM is tried on Breakout.
+# RUNS/<variant>/, its rows are named by it. docs/atari.md has why the LSTM is tried (Breakout's
+# runs, then SpaceInvaders before it could become the preset's).
 VARIANTS = {"": {}, "lstm": {"use_lstm": True}}
 
 

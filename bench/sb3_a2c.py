@@ -20,7 +20,8 @@ from collections import deque
 
 from targets import TARGETS as BENCH_TARGETS  # run as bench/sb3_a2c.py: bench/ is on the path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# appended: the repo's config.py, networks.py, ... must not hide same-named modules torch imports
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from console import OneLineParser  # noqa: E402  (the standard library only)
 
 # the hyperparameters of rl-baselines3-zoo's a2c.yml for these envs (8 envs each)

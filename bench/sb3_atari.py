@@ -23,7 +23,8 @@ import sys
 import time
 from collections import deque
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# appended: the repo's config.py, networks.py, ... must not hide same-named modules torch imports
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from console import OneLineParser  # noqa: E402  (the standard library only)
 
 PRINT_EVERY_STEPS = 50_000  # agent steps (4 frames each)

@@ -149,6 +149,25 @@ def test_a_clusters_sync_round_applies_every_workers_mean_clipped_once_and_every
         assert totals[0] == 7 * (round_number + 1), "a round brings every process's counts"
 
 
+def test_a_sync_cluster_worker_draws_each_rollouts_first_actions_with_its_sde_noise(sync_processes):
+    """On a cluster, --sync's pull_and_act (not the asynchronous update) draws the next
+    rollout's first actions: it must be fed the new rollout's noise matrix too."""
+    processes = sync_processes
+    fresh_rounds(processes)
+    process = processes[0]
+    net, cfg = process["nets"][0], process["cfg"]
+    assert cfg.use_sde, "Pendulum's preset explores with gSDE"
+    worker = a3c.Worker(0, net, "Pendulum-v1", process["spec"], cfg)
+    worker.prepare(process["sess"], seed=3, remote=process["remote"],
+                   rounds=a3c.UpdateRound(len(process["nets"]), process["round"]))
+    # a matrix of 1000s moves the sample by at least 1000 x sigma's start (|z| = 1, z >= 0)
+    loud = (np.full_like(worker.noise[0], 1000.0),)
+    sample, *_ = worker.pull_and_act(worker.obs, *worker.state, np.float32(1.0), *loud)
+    mean = process["sess"].run(net.policy_after_pull.mean, {net.current_obs: worker.obs})
+    assert np.all(np.abs(sample - mean) > 100.0)
+    worker.close()
+
+
 def test_a_stop_releases_a_clusters_sync_round_without_an_update(sync_processes):
     processes = sync_processes
     fresh_rounds(processes)
