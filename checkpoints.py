@@ -138,7 +138,8 @@ def restore_checkpoint(sess, saver, checkpoint: str, variables: list, env_id: st
         for variable in variables:
             name, shape = variable.op.name, variable.shape.as_list()
             if stored.get(name) != shape and variable not in missing:
-                raise ValueError(f"it holds {name} as {stored.get(name)}, the config builds {shape}")
+                raise ValueError(f"it has no {name}, which the config builds" if name not in stored
+                                 else f"it holds {name} as {stored[name]}, the config builds {shape}")
         if missing:
             saver = v1.train.Saver(var_list=[v for v in variables if v not in missing])
         saver.restore(sess, checkpoint)

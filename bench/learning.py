@@ -304,7 +304,7 @@ def main(argv=None) -> int:
             sides[versus] = {**overrides, **config_module.parse_overrides(args.versus)}
         check_runs(args.envs, args.seeds, sides, args.frames)
     except (ValueError, UsageError) as exc:
-        print(f"learning.py: error: {exc}", file=sys.stderr)
+        print(f"bench/learning.py: error: {exc}", file=sys.stderr)
         return 2
 
     results = {side: [] for side in sides}

@@ -237,10 +237,16 @@ def test_eval_refuses_a_checkpoint_of_another_network_shape(trained_run, tmp_pat
     path = os.path.join(run, "config.json")
     with open(path) as f:
         saved = json.load(f)
+    trained_with = saved["config"]["actor_hidden"]
     saved["config"]["actor_hidden"] = [7]
     with open(path, "w") as f:
         json.dump(saved, f)
     refused(["--eval", str(run)], capsys, "cannot restore", "the config builds [4, 7]")
+    saved["config"]["actor_hidden"] = [*trained_with, 8]  # a layer it never had
+    with open(path, "w") as f:
+        json.dump(saved, f)
+    refused(["--eval", str(run)], capsys, "cannot restore", "it has no global/actor/mlp/h1/w, "
+            "which the config builds")
 
 
 @pytest.mark.parametrize("flag", ["--eval", "--resume"])
