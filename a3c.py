@@ -793,6 +793,9 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
     where = "" if team.layout is None else f" ({team.layout.describe()})"
     if history is not None:
         where += f"; resumed at {history.env_steps:,} env steps with seed {seed}"
+        if history.lost_steps:  # the run ended without its last save (kill -9, a crash)
+            where += (f" (the net is its last checkpoint's, {history.lost_steps:,} env steps "
+                      f"earlier: what it learned in those was lost, their episodes stay counted)")
         if cfg.anneal_lr:
             where += f", learning rates at {history.anneal_start.lr_fraction:.0%} of their base"
             if history.reached is not None:  # a jump up, which can undo what was learned

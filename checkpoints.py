@@ -354,7 +354,8 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
                          f"the base rates (a jump that can undo what was learned: copy the run "
                          f"folder first)")
     return RunHistory(rows, env_steps, AnnealStart(reached, used),
-                      earlier_reached if reached > earlier_reached + 1e-9 else None)
+                      earlier_reached if reached > earlier_reached + 1e-9 else None,
+                      env_steps - checkpoint_steps)
 
 
 def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,

@@ -84,6 +84,7 @@ class RunHistory(typing.NamedTuple):
     env_steps: int             # its env step count
     anneal_start: AnnealStart  # where its learning rates continue from
     reached: float = None      # the fraction its earlier schedule had reached (None: the same)
+    lost_steps: int = 0        # env steps its CSV counts past the checkpoint restored (a kill -9)
 
 
 class EpisodeLog:

@@ -462,7 +462,14 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp
     assert before > 100 and a3c.main(["--eval", run_dir, "--episodes", "1"]) == 0
     assert "the best checkpoint (deterministic return" in capsys.readouterr().out, "readable after kill -9"
 
+    header, *counted = read_rows(run_dir)
+    steps_column = header.index("env_steps")
+    restored = checkpoints.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    lost = max(int(row[steps_column]) for row in counted) - int(restored.rsplit("-", 1)[1])
+    assert lost >= 0
     assert a3c.main(["--resume", run_dir, "--max-episodes", str(before + 30), "--no-plot"]) == 0
+    said = capsys.readouterr().out
+    assert (f"the net is its last checkpoint's, {lost:,} env steps earlier" in said) == (lost > 0), said
     rows = read_rows(run_dir)[1:]
     assert [int(r[1]) for r in rows] == list(range(1, before + 31))
 
