@@ -346,8 +346,14 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
             reached = max(reached, 1.0 - used)
     starts_at = reached if used < 1 else 0.0  # past anneal_steps it is 0 whatever was reached
     if cfg.anneal_lr and starts_at < 0.01:
-        longer = (f"--set anneal_steps=N, N at least {math.ceil(env_steps / 0.99):,}"
-                  if cfg.anneal_steps else "--max-episodes or --max-steps")
+        # the smallest schedule that leaves 1% of the rates (runlog.anneal_used's formulas)
+        at_least = ([f"--set anneal_steps=N, N at least {math.ceil(env_steps / 0.99):,}"]
+                    if cfg.anneal_steps else
+                    [f"--{flag} at least {math.ceil(need):,}" for flag, limit, need in (
+                        ("max-episodes", cfg.max_episodes,
+                         env_steps * episodes / (0.99 * max(finished_steps, 1))),
+                        ("max-steps", cfg.max_steps, env_steps / 0.99)) if limit])
+        longer = " and ".join(at_least) or "--max-episodes or --max-steps"
         raise UsageError(f"{run_dir}'s learning rates are annealed to {starts_at:.1%} of their "
                          f"base, so it would learn nothing more; make its schedule longer "
                          f"({longer}), or resume it with --set anneal_lr=false to train on at "

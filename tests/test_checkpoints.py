@@ -509,6 +509,17 @@ def test_resume_continues_the_anneal_on_the_schedule_of_its_budget(tmp_path, cap
              "--set", "anneal_lr=true"], capsys, "annealed to 0.0% of their base",
             "--set anneal_steps=N", "--set anneal_lr=false")
     assert before == {name: open(os.path.join(constant_rate, name)).read() for name in before}
+    # a longer budget that is still too short is refused with the least that would do
+    too_short = str(copy_run(run_dir, tmp_path / "too-short"))
+    steps = checkpoints.latest_checkpoint(os.path.join(too_short, checkpoints.CHECKPOINT_FOLDER))
+    steps = max(int(steps.rsplit("-", 1)[1]),
+                int(runlog.read_episodes(os.path.join(too_short, "episodes.csv"))["env_steps"][-1]))
+    least = -(-steps * 100 // 99)
+    refused(["--resume", too_short, "--max-episodes", "0", "--max-steps", str(least - 1),
+             "--no-plot"], capsys, "annealed to 0.", f"--max-steps at least {least:,}")
+    assert a3c.main(["--resume", too_short, "--max-episodes", "0", "--max-steps", str(least),
+                     "--no-plot"]) == 0
+    capsys.readouterr()
 
     def used_of(budget, folder):  # the anneal's progress under that budget, where it stopped
         rows = runlog.read_episodes(os.path.join(folder, "episodes.csv"))
