@@ -103,7 +103,7 @@ class GaussianPolicy:
         if cfg.use_sde:
             n_features = int(features.shape[-1])
             unit = tf.stop_gradient(tf.math.l2_normalize(features, axis=1))  # (gSDE: features fixed)
-            # with every W_fa at its start, sigma_a is initial_sigma's (plus the floor's share)
+            # every W_fa starts at initial_sigma - floor: sigma_a at sqrt((initial - floor)^2 + floor^2)
             weights = tf.nn.softplus(v1.get_variable(
                 "sigma/w", [n_features, spec.n_actions], initializer=v1.constant_initializer(v_init)))
             self.noise_in = v1.placeholder_with_default(
