@@ -20,19 +20,19 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-import tensorflow as tf  # noqa: E402
-from console import OneLineParser  # noqa: E402
-
-import sessions  # noqa: E402
-import cluster as cluster_module  # noqa: E402
+from console import OneLineParser  # noqa: E402  (the standard library only)
 
 
 def main() -> None:
     parser = OneLineParser(prog="bench/ps_repeats.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=150.0)
     parser.add_argument("--no-save", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args()  # before TensorFlow's import, whose start-up lines would come first
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+    import sessions
+    import cluster as cluster_module
 
     v1 = tf.compat.v1
     v1.disable_eager_execution()

@@ -5,6 +5,7 @@ import glob
 import io
 import json
 import os
+import subprocess
 import sys
 import threading
 import warnings
@@ -434,6 +435,14 @@ def test_every_benchmark_refuses_an_unknown_flag_in_one_line_that_names_it(scrip
     err = capsys.readouterr().err.strip()
     assert refusal.value.code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith(f"bench/{script}: error:") and f"python bench/{script} --help" in err
+
+
+def test_the_ps_benchmark_refuses_a_bad_flag_before_tensorflow_speaks():
+    # a fresh process: TensorFlow's import writes its start-up lines to stderr, once per process
+    refusal = subprocess.run([sys.executable, os.path.join(BENCH, "ps_repeats.py"), "--bogus"],
+                             capture_output=True, text=True, timeout=120)
+    assert refusal.returncode == 2 and refusal.stdout == ""
+    assert len(refusal.stderr.strip().splitlines()) == 1, refusal.stderr
 
 
 def test_cli_rejects_malformed_flags_with_exit_2_in_one_line(capsys, tmp_path, monkeypatch):
