@@ -1,18 +1,19 @@
-"""Atari scoreboard: Pong on seeds 1-3, Breakout and SpaceInvaders (the preset, and with the
-LSTM) at 40M frames, beside the published anchors at equal frames.
+"""Atari scoreboard: Pong on seeds 1-3 (the preset's 50M frames at most, and the rows of its
+earlier 40M), Breakout and SpaceInvaders (the preset, and with the LSTM) at 40M frames, beside
+the published anchors at equal frames.
 
     python bench/atari_scoreboard.py run --runs RUNS      # trains what is missing, one at a time
     python bench/atari_scoreboard.py report --runs RUNS   # results/atari.md, curves and GIFs
 
 `run` trains each game and seed of SCOREBOARD with its preset (8 workers) under RUNS, and each
-variant (the preset with values changed, as --set does: the LSTM) under
-RUNS/<variant>/, one run at a time: each for the preset's 40M frames, Pong until the mean of
+variant (the preset with values changed, as --set does: the LSTM, Pong's earlier budget) under
+RUNS/<variant>/, one run at a time: each for its preset's budget (40M frames; Pong's 50M), Pong until the mean of
 the last 100 games reaches +18 or 2 hours of training if either comes first (it stops such a
 run as Ctrl-C does: the checkpoint is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a
 session's end) is continued with `a3c.py --resume` the next time its folder is there; a
 finished one is left alone, and so is one whose finished row `report` kept in
 results/atari_runs.json. A run folder counts for a row only if its config holds that row's
-values (a variant's, or the preset's).
+values (a variant's, or the preset's), its budget aside.
 
 `report` reads the run folders: frames, wall hours, frames/s, the mean-100 at 10M, 20M and 40M
 frames, the frames and hours at which the mean-100 first reached 0 and +18, and the deterministic
@@ -55,8 +56,12 @@ from environments import FRAME_SKIP  # noqa: E402
 PONG_GOAL, PONG_HOURS = 18.0, 2.0
 # A variant is the preset with some values changed (a3c.py's --set); its runs go under
 # RUNS/<variant>/, its rows are named by it. docs/atari.md has why the LSTM is tried (Breakout's
-# runs, then SpaceInvaders before it could become the preset's).
-VARIANTS = {"": {}, "lstm": {"use_lstm": True}}
+# runs, then SpaceInvaders before it could become the preset's); 40M is Pong's preset before its
+# budget grew to 50M frames (its rows are carried from atari_runs.json).
+VARIANTS = {"": {}, "lstm": {"use_lstm": True}, "40M": {"max_steps": 10_000_000}}
+# A run's budget is no part of what it trained (a run resumed with a longer one is the same run):
+# of_variant does not compare it; the folder a variant's runs go to tells them apart.
+BUDGETS = ("max_steps", "max_episodes")
 
 
 def set_values(variant: str) -> list:
@@ -76,7 +81,13 @@ def of_variant(folder: str, game: str, variant: str) -> bool:
     preset = config.config_for(game)
     wanted = {name: getattr(preset, name) for values in VARIANTS.values() for name in values}
     wanted.update(VARIANTS[variant])
-    return all(getattr(cfg, name) == value for name, value in wanted.items())
+    return all(getattr(cfg, name) == value for name, value in wanted.items()
+               if name not in BUDGETS)
+
+
+def budget(game: str, variant: str = "") -> int:
+    """The agent steps a row of the scoreboard trains: the preset's, or its variant's."""
+    return VARIANTS[variant].get("max_steps", config.config_for(game).max_steps)
 
 
 class Entry(NamedTuple):
@@ -96,7 +107,8 @@ class Entry(NamedTuple):
         return f"{self.seed}" + (f" ({self.variant})" if self.variant else "")
 
 
-SCOREBOARD = [Entry("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS)) for seed in (1, 2, 3)] + [
+SCOREBOARD = [Entry("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS), variant)
+              for variant in ("", "40M") for seed in (1, 2, 3)] + [
     Entry("ALE/Breakout-v5", 1), Entry("ALE/Breakout-v5", 1, variant="lstm"),
     Entry("ALE/SpaceInvaders-v5", 1), Entry("ALE/SpaceInvaders-v5", 1, variant="lstm")]
 WORKERS = 8
@@ -344,7 +356,7 @@ def load_records(out: str) -> dict:
     return records
 
 
-def kept_row_stands(folder, kept, game: str, stop) -> str | None:
+def kept_row_stands(folder, kept, game: str, stop, variant: str = "") -> str | None:
     """Why the kept row of a run stands over the run folder here (None: the folder's row is
     measured). The folder wins when it is the kept run, or newer and finished too where the kept
     run had finished, or as far where it had not: a short try of a game, a restart of a run whose
@@ -353,7 +365,7 @@ def kept_row_stands(folder, kept, game: str, stop) -> str | None:
         return None
     if kept["run"] is not None and os.path.basename(folder) < kept["run"]:  # named by their start
         return f"{folder} started before the run kept in {RECORDS} ({kept['run']})"
-    if kept["finished"] and not finished(folder, stop, config.config_for(game).max_steps):
+    if kept["finished"] and not finished(folder, stop, budget(game, variant)):
         return (f"{folder} has not finished the scoreboard's budget or stop, and the run kept in "
                 f"{RECORDS} ({kept['run'] or 'an earlier one'}) had")
     frames = progress(folder)["frames"]
@@ -378,7 +390,7 @@ def curve_of(rows: dict, points: int = CURVE_POINTS) -> dict:
             "mean_100": [round(float(rows["running_return"][i]), 2) for i in kept]}
 
 
-def record_of(folder: str, game: str, seed: int, stop, gif) -> dict | None:
+def record_of(folder: str, game: str, seed: int, stop, gif, variant: str = "") -> dict | None:
     """One run's row cells (after game and seed), its curve, whether it is finished and whether
     its GIF was written; None before its first game."""
     done = progress(folder)
@@ -397,7 +409,7 @@ def record_of(folder: str, game: str, seed: int, stop, gif) -> dict | None:
              + [cell(mean_100_at(rows, m, done["frames"])) for m in MILESTONES]
              + [cell(None if np.isnan(done["mean_100"]) else done["mean_100"])] + reach + [score])
     return {"run": os.path.basename(folder), "cells": cells, "curve": curve_of(rows),
-            "finished": finished(folder, stop, config.config_for(game).max_steps),
+            "finished": finished(folder, stop, budget(game, variant)),
             "gif": gif_written}
 
 
@@ -415,7 +427,7 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
             game, seed, stop, key = entry.game, entry.seed, entry.stop, entry.key
             folder = run_folder(runs, game, seed, entry.variant)
             kept = records.get(key)
-            stands = kept_row_stands(folder, kept, game, stop)
+            stands = kept_row_stands(folder, kept, game, stop, entry.variant)
             if stands is not None:
                 print(f"{game} seed {entry.label}: {stands}: the kept row stays", file=sys.stderr,
                       flush=True)
@@ -425,7 +437,7 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
                 gif = os.path.join(out, f"atari_{short_name(game)}.gif.part") \
                     if save and entry == first else None
                 staged += [gif] if gif is not None else []
-                record = record_of(folder, game, seed, stop, gif)
+                record = record_of(folder, game, seed, stop, gif, entry.variant)
                 if record is None:
                     lines.append(f"| {game} | {entry.label} | no game finished yet | | | | | | | | | | |")
                     continue
@@ -513,6 +525,8 @@ def main(argv=None) -> int:
                         "<variant>/ALE_<Game>-v5/<run>/")
     parser.add_argument("--games", nargs="+", help="only these games (default: every game of "
                         "the scoreboard); report: with --no-save only")
+    parser.add_argument("--seeds", nargs="+", type=int, help="only these seeds (default: "
+                        "every seed of the scoreboard); report: with --no-save only")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"),
                         help="where atari.md, its pictures and the kept rows (atari_runs.json) "
                         "go; `run` skips a finished run kept there (default: results/)")
@@ -531,9 +545,10 @@ def main(argv=None) -> int:
     if os.path.basename(os.path.normpath(args.runs)) in set(VARIANTS) - {""}:
         parser.error(f"--runs {args.runs} is the folder of a variant's runs: give the folder "
                      f"above it, which holds the preset's ALE_<Game>-v5/ folders too")
-    if args.what == "report" and args.games and not args.no_save:
-        parser.error("report --games would rewrite atari.md with only those games' rows: "
-                     "report every game (drop --games), or add --no-save")
+    for flag, chosen, rows in (("--games", args.games, "games'"), ("--seeds", args.seeds, "seeds'")):
+        if args.what == "report" and chosen and not args.no_save:
+            parser.error(f"report {flag} would rewrite atari.md with only those {rows} rows: "
+                         f"report them all (drop {flag}), or add --no-save")
     if (args.what == "run" or not args.no_save) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out} is not a folder: make it" + (
             "" if args.what == "run" else ", or give --no-save"))
@@ -541,7 +556,11 @@ def main(argv=None) -> int:
         unknown = set(args.games) - {entry.game for entry in SCOREBOARD}
         if unknown:
             parser.error(f"not on the scoreboard: {', '.join(sorted(unknown))}")
-    scoreboard = [entry for entry in SCOREBOARD if not args.games or entry.game in args.games]
+    scoreboard = [entry for entry in SCOREBOARD if (not args.games or entry.game in args.games)
+                  and (not args.seeds or entry.seed in args.seeds)]
+    if not scoreboard:
+        parser.error(f"no row of the scoreboard has seed {' or '.join(map(str, args.seeds))}"
+                     + (f" and game {' or '.join(args.games)}" if args.games else ""))
     try:  # (a damaged file is no misused flag: one line, without the usage)
         records = load_records(args.out)
         return run_all(args.runs, scoreboard, records) if args.what == "run" else \
@@ -562,7 +581,8 @@ def run_all(runs: str, scoreboard: list, records: dict) -> int:
             kept = records.get(entry.key)
             folder = run_folder(runs, entry.game, entry.seed, entry.variant)
             if kept is not None and kept["finished"] and (
-                    folder is None or kept_row_stands(folder, kept, entry.game, entry.stop) is not None):
+                    folder is None or kept_row_stands(folder, kept, entry.game, entry.stop,
+                                                      entry.variant) is not None):
                 print(f"{entry.game} seed {entry.label}: finished (its row is kept in {RECORDS})",
                       flush=True)
                 continue
@@ -580,14 +600,15 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
     for entry in scoreboard:  # every CSV report reads, first: one it cannot read
         folder = run_folder(args.runs, entry.game, entry.seed, entry.variant)  # stops it before
         if folder is not None and kept_row_stands(folder, records.get(entry.key), entry.game,
-                                                  entry.stop) is None:  # it writes anything
-            progress(folder)
+                                                  entry.stop, entry.variant) is None:  # it writes
+            progress(folder)  # anything
     table = report(args.runs, args.out, not args.no_save, records, scoreboard)
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "
             f"ATARI: the small CNN on 42x42 frames, {WORKERS} workers x 8 games, no sticky actions, a "
             f"lost life the end of the learning return since 6d9e545: Pong has no lives), "
-            f"on 2 cores, for 40M frames; Pong until its mean-100 reaches +{PONG_GOAL:g} "
+            f"on 2 cores, for its preset's budget (40M frames; Pong 50M, 40M in the rows named "
+            f"so), Pong until its mean-100 reaches +{PONG_GOAL:g} "
             f"or {PONG_HOURS:g} hours if either comes first. Our scores are the mean of the "
             f"last 100 training games (mean-100) and the deterministic policy of the best "
             f"checkpoint over {EVAL_GAMES} games; the anchors are rl-baselines3-zoo's "

@@ -442,8 +442,9 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert atari_scoreboard.main(["report", "--runs", str(tmp_path), "--out", str(results)]) == 0
     table = (results / "atari.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ALE/Pong-v5 |")]
-    assert [row.split("|")[2].strip() for row in rows] == ["1", "2", "3"]
-    assert "not run" not in rows[0] and "not run" in rows[1] and "not run" in rows[2]
+    assert [row.split("|")[2].strip() for row in rows] == ["1", "2", "3", "1 (40M)", "2 (40M)",
+                                                           "3 (40M)"]
+    assert "not run" not in rows[0] and all("not run" in row for row in rows[1:])
     assert "| ALE/Breakout-v5 | 1 | not run |" in table and "](atari_Pong.gif)" in table
     assert "| ALE/Breakout-v5 | 1 (lstm) | not run |" in table and "lstm: use_lstm=true" in table
     assert capsys.readouterr().out.startswith("# Atari scoreboard"), "the rows' progress: stderr"
@@ -477,8 +478,8 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert atari_scoreboard.main(["report", "--runs", str(gone), "--out", str(results)]) == 0
     assert "has trained 0.0M frames, fewer than the run kept" in capsys.readouterr().err
     assert "| ALE/Pong-v5 | 1 | 30.0M |" in (results / "atari.md").read_text()
-    for seed in (1, 2, 3):
-        kept[f"{PONG} {seed}"] = {**kept[f"{PONG} 1"], "finished": True}
+    for key in [f"{PONG} {seed}{variant}" for seed in (1, 2, 3) for variant in ("", " 40M")]:
+        kept[key] = {**kept[f"{PONG} 1"], "finished": True}
     (results / "atari_runs.json").write_text(json.dumps(kept))
     assert atari_scoreboard.main(["report", "--runs", str(gone), "--out", str(results)]) == 0
     assert "has not finished the scoreboard's budget" in capsys.readouterr().err
@@ -486,7 +487,7 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
             if line.startswith("| ALE/Pong-v5 | 1 |")] == rows[:1]
     assert atari_scoreboard.main(["run", "--runs", str(gone), "--games", PONG,
                                   "--out", str(results)]) == 0
-    assert capsys.readouterr().out.count("finished (its row is kept in atari_runs.json)") == 3
+    assert capsys.readouterr().out.count("finished (its row is kept in atari_runs.json)") == 6
     assert len(os.listdir(gone / "ALE_Pong-v5")) == 2, "nothing trained"
     # a damaged atari_runs.json, or no --out folder to keep rows in: refused in one line
     (results / "atari_runs.json").write_text("{")
@@ -797,6 +798,48 @@ def test_the_scoreboard_stops_a_run_started_in_the_background_at_its_stop(tmp_pa
     with pytest.raises(SystemExit) as refusal:
         atari_scoreboard.main(["report", "--runs", str(tmp_path / "lstm"), "--no-save"])
     assert refusal.value.code == 2 and "the folder of a variant's runs" in capsys.readouterr().err
+
+
+def test_the_scoreboard_tells_rows_apart_by_their_values_and_folders_not_by_budget(tmp_path):
+    """Pong's rows of its earlier 40M-frame budget are a variant (max_steps): a run's budget is
+    no part of what it trained (a resume may lengthen it), so a Pong run of any budget in the
+    preset's folder is the preset's row, and one under 40M/ the 40M row, finished at 40M frames."""
+    preset_run = write_run_folder(tmp_path / "preset", PONG, max_steps=2000)
+    lstm_run = write_run_folder(tmp_path / "lstm", PONG, use_lstm=True, max_steps=2000)
+    assert atari_scoreboard.of_variant(preset_run, PONG, "")
+    assert atari_scoreboard.of_variant(preset_run, PONG, "40M")
+    assert not atari_scoreboard.of_variant(lstm_run, PONG, "")
+    assert not atari_scoreboard.of_variant(lstm_run, PONG, "40M")
+    assert atari_scoreboard.budget(PONG) == config_module.config_for(PONG).max_steps == 12_500_000
+    assert atari_scoreboard.budget(PONG, "40M") == 10_000_000
+    assert atari_scoreboard.budget("ALE/Breakout-v5", "lstm") == 10_000_000
+    assert atari_scoreboard.set_values("40M") == ["max_steps=10000000"]
+    # a run of 40M frames (no game at +18) finished the 40M row's budget, not the preset's
+    with open(tmp_path / "preset" / "episodes.csv", "w") as f:
+        f.write(",".join(runlog.EPISODE_COLUMNS) + "\n")
+        for index in range(150):
+            f.write(f"0,{index + 1},{(index + 1) * 10_000_000 // 150},{index + 1.0},0,1000,5.0,1.0,0.5\n")
+    stop = (18.0, 2.0)
+    assert atari_scoreboard.finished(preset_run, stop, atari_scoreboard.budget(PONG, "40M"))
+    assert not atari_scoreboard.finished(preset_run, stop, atari_scoreboard.budget(PONG))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "--seeds", "9"], ["no row of the scoreboard has seed 9"]),
+    (["run", "--games", "ALE/SpaceInvaders-v5", "--seeds", "2"], ["seed 2 and game ALE/Space"]),
+    (["report", "--seeds", "2"], ["report --seeds would rewrite atari.md", "--no-save"]),
+])
+def test_the_scoreboard_refuses_seeds_it_has_no_row_of_in_one_line(argv, words, tmp_path, capsys,
+                                                                   monkeypatch):
+    monkeypatch.setattr(atari_scoreboard.subprocess, "Popen", None)  # nothing may train
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(SystemExit) as refusal:
+        atari_scoreboard.main(argv + ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert refusal.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    for word in words:
+        assert word in err
+    assert sorted(os.listdir(tmp_path)) == ["runs"] and not os.listdir(tmp_path / "runs")
 
 
 def test_a_run_that_reached_its_stop_stays_finished_though_its_last_games_fell_below(tmp_path):
