@@ -6,14 +6,15 @@ the published anchors at equal frames.
     python bench/atari_scoreboard.py report --runs RUNS   # results/atari.md, curves and GIFs
 
 `run` trains each game and seed of SCOREBOARD with its preset (8 workers) under RUNS, and each
-variant (the preset with values changed, as --set does: the LSTM, Pong's earlier budget) under
-RUNS/<variant>/, one run at a time: each for its preset's budget (40M frames; Pong's 50M), Pong until the mean of
-the last 100 games reaches +18 or 2 hours of training if either comes first (it stops such a
-run as Ctrl-C does: the checkpoint is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a
-session's end) is continued with `a3c.py --resume` the next time its folder is there; a
-finished one is left alone, and so is one whose finished row `report` kept in
-results/atari_runs.json. A run folder counts for a row only if its config holds that row's
-values (a variant's, or the preset's), its budget aside.
+variant (the preset with values changed, as --set does: the LSTM) under RUNS/<variant>/, one run
+at a time: each for its preset's budget (40M frames; Pong's 50M), Pong until the mean of the last
+100 games reaches +18 or 2 hours of training if either comes first (it stops such a run as
+Ctrl-C does: the checkpoint is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a
+session's end) is continued with `a3c.py --resume` the next time its folder is there (with the
+row's budget, where the run's own is an earlier preset's); a finished one is left alone, and so
+is one whose finished row `report` kept in results/atari_runs.json. A run folder counts for a
+row only if its config holds that row's values (a variant's, or the preset's), its budget aside.
+The rows of an earlier preset (RETIRED: Pong's 40M-frame budget) are shown as kept, never trained.
 
 `report` reads the run folders: frames, wall hours, frames/s, the mean-100 at 10M, 20M and 40M
 frames, the frames and hours at which the mean-100 first reached 0 and +18, and the deterministic
@@ -59,6 +60,7 @@ PONG_GOAL, PONG_HOURS = 18.0, 2.0
 # runs, then SpaceInvaders before it could become the preset's); 40M is Pong's preset before its
 # budget grew to 50M frames (its rows are carried from atari_runs.json).
 VARIANTS = {"": {}, "lstm": {"use_lstm": True}, "40M": {"max_steps": 10_000_000}}
+RETIRED = ("40M",)  # an earlier preset's rows: `report` shows them as kept, `run` trains none
 # A run's budget is no part of what it trained (a run resumed with a longer one is the same run):
 # of_variant does not compare it; the folder a variant's runs go to tells them apart.
 BUDGETS = ("max_steps", "max_episodes")
@@ -178,11 +180,28 @@ def stop_reached(folder: str, stop) -> bool:
 
 
 def finished(folder: str, stop, max_steps: int = None) -> bool:
-    """Whether a run reached its stop or trained max_steps agent steps (default: its own budget;
-    the kept rows count the preset's)."""
+    """Whether a run reached its stop or trained max_steps agent steps (default: its own budget,
+    if it has one in steps; the scoreboard counts its row's, budget())."""
     if max_steps is None:
         max_steps = read_run(folder)[1].max_steps
-    return stop_reached(folder, stop) or progress(folder)["frames"] >= max_steps * FRAME_SKIP
+    return stop_reached(folder, stop) or (
+        max_steps is not None and progress(folder)["frames"] >= max_steps * FRAME_SKIP)
+
+
+def a3c_command(runs: str, game: str, seed: int, workers: int, variant: str, folder) -> list:
+    """The a3c.py command that trains a row: a new run into runs/<variant>/, or a resume of
+    folder, given the row's budget where its own differs (an earlier, shorter preset's: it goes on
+    as a run started with the longer schedule would be now, docs/config.md)."""
+    command = [sys.executable, os.path.join(ROOT, "a3c.py"), "--no-plot"]
+    if folder is None:
+        return command + ["--env", game, "--seed", str(seed), "--workers", str(workers),
+                          "--results-dir", os.path.join(runs, variant)] + [
+            part for value in set_values(variant) for part in ("--set", value)]
+    cfg = read_run(folder)[1]
+    steps = budget(game, variant)
+    longer = ["--max-steps", str(steps)] * (cfg.max_steps is None or cfg.max_steps < steps) + \
+        ["--max-episodes", "0"] * (cfg.max_episodes is not None)
+    return command + ["--resume", folder] + longer
 
 
 INTERRUPTED = 130  # the exit status of a scoreboard stopped by Ctrl-C or SIGTERM (as a shell's)
@@ -220,14 +239,10 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS, variant
     folder = run_folder(runs, game, seed, variant)
     if folder is not None and not os.path.exists(os.path.join(folder, "checkpoints", "checkpoint")):
         folder = None  # stopped before its first checkpoint: nothing to resume, start afresh
-    if folder is not None and finished(folder, stop):
+    if folder is not None and finished(folder, stop, budget(game, variant)):
         print(f"{name}: finished ({folder})", flush=True)
         return
-    command = [sys.executable, os.path.join(ROOT, "a3c.py"), "--no-plot"] + (
-        ["--resume", folder] if folder is not None else
-        ["--env", game, "--seed", str(seed), "--workers", str(workers),
-         "--results-dir", os.path.join(runs, variant)] + [
-            part for value in set_values(variant) for part in ("--set", value)])
+    command = a3c_command(runs, game, seed, workers, variant, folder)
     print(f"{name}: {' '.join(command[1:])}", flush=True)
     stopped = False
 
@@ -585,6 +600,10 @@ def run_all(runs: str, scoreboard: list, records: dict) -> int:
                                                       entry.variant) is not None):
                 print(f"{entry.game} seed {entry.label}: finished (its row is kept in {RECORDS})",
                       flush=True)
+                continue
+            if entry.variant in RETIRED:
+                print(f"{entry.game} seed {entry.label}: a row of an earlier preset, not trained "
+                      f"again", flush=True)
                 continue
             train(runs, entry.game, entry.seed, entry.stop, variant=entry.variant)
     except (KeyboardInterrupt, Terminated):  # between runs: none was training

@@ -405,8 +405,21 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     if rows["env_steps"][-1] < 2000:  # (else the check below is the row's, made the same way)
         assert atari_scoreboard.finished(run_dir, None)
     capsys.readouterr()
+    row_budget = atari_scoreboard.budget
+    monkeypatch.setattr(atari_scoreboard, "budget", lambda game, variant="": 2000)  # the run's
     atari_scoreboard.train(str(tmp_path), PONG, 1, (18.0, 2.0))
     assert "finished" in capsys.readouterr().out
+    monkeypatch.setattr(atari_scoreboard, "budget", row_budget)
+    # the row's budget is the preset's 12.5M steps: `run` would resume this run with it
+    assert not atari_scoreboard.finished(run_dir, (18.0, 2.0), atari_scoreboard.budget(PONG))
+    command = atari_scoreboard.a3c_command(str(tmp_path), PONG, 1, 8, "", run_dir)
+    assert command[2:] == ["--no-plot", "--resume", run_dir, "--max-steps", "12500000"]
+    popen = atari_scoreboard.subprocess.Popen
+    monkeypatch.setattr(atari_scoreboard.subprocess, "Popen", None)
+    with pytest.raises(TypeError):  # it goes on to start a3c.py (None here: nothing trains)
+        atari_scoreboard.train(str(tmp_path), PONG, 1, (18.0, 2.0))
+    monkeypatch.setattr(atari_scoreboard.subprocess, "Popen", popen)
+    assert "--max-steps 12500000" in capsys.readouterr().out
 
     # it reports the run (seed 1, as the scoreboard's first Pong seed)
     with pytest.raises(SystemExit) as refusal:
@@ -470,7 +483,7 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     # a finished kept row stands over a newer try that has not finished the scoreboard's budget,
     # and `run` does not train again what a kept row says is finished
     kept = json.loads((results / "atari_runs.json").read_text())
-    assert not kept[f"{PONG} 1"]["finished"], "2,000 steps are not the preset's 40M frames"
+    assert not kept[f"{PONG} 1"]["finished"], "2,000 steps are not the preset's 50M frames"
     assert kept[f"{PONG} 1"]["gif"]
     (gone / "ALE_Pong-v5" / "29990101T000000Z-s1").mkdir()
     (results / "atari_runs.json").write_text(json.dumps(  # unfinished, further than a restart
@@ -822,6 +835,30 @@ def test_the_scoreboard_tells_rows_apart_by_their_values_and_folders_not_by_budg
     stop = (18.0, 2.0)
     assert atari_scoreboard.finished(preset_run, stop, atari_scoreboard.budget(PONG, "40M"))
     assert not atari_scoreboard.finished(preset_run, stop, atari_scoreboard.budget(PONG))
+    # a run of an episode budget: unfinished by steps, resumed with the row's budget in steps
+    episodes_run = write_run_folder(tmp_path / "episodes", PONG, max_steps=None, max_episodes=100)
+    (tmp_path / "episodes" / "episodes.csv").write_text(",".join(runlog.EPISODE_COLUMNS) + "\n")
+    assert not atari_scoreboard.finished(episodes_run, stop)
+    assert atari_scoreboard.a3c_command(str(tmp_path), PONG, 1, 8, "", episodes_run)[-4:] == [
+        "--max-steps", "12500000", "--max-episodes", "0"]
+    for name, steps in (("40M", 10_000_000), ("longer", 20_000_000)):  # its own budget, or more
+        assert atari_scoreboard.a3c_command(str(tmp_path), PONG, 1, 8, "40M", write_run_folder(
+            tmp_path / name, PONG, max_steps=steps))[2:] == ["--no-plot", "--resume",
+                                                             str(tmp_path / name)]
+
+
+def test_the_scoreboard_never_trains_an_earlier_presets_rows(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(atari_scoreboard.subprocess, "Popen", None)  # nothing may train
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "atari_runs.json").write_text(json.dumps({f"{PONG} 2": {
+        "run": None, "cells": ["20.0M"] + ["x"] * (atari_scoreboard.CELLS - 1), "curve": None,
+        "finished": True, "gif": False}}))
+    assert atari_scoreboard.main(["run", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path),
+                                  "--games", PONG, "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"{PONG} seed 2: finished (its row is kept" in out
+    assert f"{PONG} seed 2 (40M): a row of an earlier preset, not trained again" in out
+    assert not os.listdir(tmp_path / "runs")
 
 
 @pytest.mark.parametrize("argv, words", [
