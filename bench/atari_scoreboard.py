@@ -31,6 +31,7 @@ import glob
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -136,8 +137,12 @@ def short_name(game: str) -> str:
 
 
 def run_folder(runs: str, game: str, seed: int, variant: str = ""):
-    """The newest run folder of game and seed that trained that variant under runs, or None."""
-    found = sorted(glob.glob(os.path.join(runs, variant, file_name(game), f"*-s{seed}")))
+    """The newest run folder of game and seed that trained that variant under runs, or None.
+    Only folders named as a3c.py names them (<UTC stamp>-s<seed>[-n]) count: a copy or a note
+    named otherwise would sort after them all."""
+    named = re.compile(rf"\d{{8}}T\d{{6}}Z-s{seed}(-\d+)?")
+    found = sorted(folder for folder in glob.glob(os.path.join(runs, variant, file_name(game), "*"))
+                   if named.fullmatch(os.path.basename(folder)) and os.path.isdir(folder))
     found = [folder for folder in found if of_variant(folder, game, variant)]
     return found[-1] if found else None
 
@@ -567,15 +572,24 @@ def main(argv=None) -> int:
     if (args.what == "run" or not args.no_save) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out} is not a folder: make it" + (
             "" if args.what == "run" else ", or give --no-save"))
+    games = list(dict.fromkeys(entry.game for entry in SCOREBOARD))
     if args.games:
-        unknown = set(args.games) - {entry.game for entry in SCOREBOARD}
+        unknown = set(args.games) - set(games)
         if unknown:
-            parser.error(f"not on the scoreboard: {', '.join(sorted(unknown))}")
-    scoreboard = [entry for entry in SCOREBOARD if (not args.games or entry.game in args.games)
+            parser.error(f"not on the scoreboard: {', '.join(sorted(unknown))} (its games: "
+                         f"{', '.join(games)})")
+    chosen = [game for game in games if not args.games or game in args.games]
+    if args.seeds:  # each seed asked for must have a row among the games asked for
+        seeds = {entry.seed for entry in SCOREBOARD if entry.game in chosen}
+        missing = sorted(set(args.seeds) - seeds)
+        if missing:
+            parser.error(f"no row of the scoreboard has seed {', '.join(map(str, missing))}"
+                         + (f" of {', '.join(chosen)}" if args.games else "") + " (its seeds: "
+                         + "; ".join(f"{game} " + ", ".join(str(seed) for seed in sorted(
+                             {entry.seed for entry in SCOREBOARD if entry.game == game}))
+                             for game in chosen) + ")")
+    scoreboard = [entry for entry in SCOREBOARD if entry.game in chosen
                   and (not args.seeds or entry.seed in args.seeds)]
-    if not scoreboard:
-        parser.error(f"no row of the scoreboard has seed {' or '.join(map(str, args.seeds))}"
-                     + (f" and game {' or '.join(args.games)}" if args.games else ""))
     try:  # (a damaged file is no misused flag: one line, without the usage)
         records = load_records(args.out)
         return run_all(args.runs, scoreboard, records) if args.what == "run" else \

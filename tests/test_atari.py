@@ -827,6 +827,15 @@ def test_the_scoreboard_tells_rows_apart_by_their_values_and_folders_not_by_budg
     assert atari_scoreboard.budget(PONG, "40M") == 10_000_000
     assert atari_scoreboard.budget("ALE/Breakout-v5", "lstm") == 10_000_000
     assert atari_scoreboard.set_values("40M") == ["max_steps=10000000"]
+    # only folders named as a3c.py names runs count: a copy or a note would sort after them all
+    runs = tmp_path / "runs" / "ALE_Pong-v5"
+    runs.mkdir(parents=True)
+    real = write_run_folder(runs / "20270101T000000Z-s1", PONG)
+    (runs / "backup-s1").mkdir()
+    (runs / "notes-s1").write_text("")
+    assert atari_scoreboard.run_folder(str(tmp_path / "runs"), PONG, 1) == real
+    again = write_run_folder(runs / "20270101T000000Z-s1-2", PONG)  # (a3c.py's within one second)
+    assert atari_scoreboard.run_folder(str(tmp_path / "runs"), PONG, 1) == again
     # a run of 40M frames (no game at +18) finished the 40M row's budget, not the preset's
     with open(tmp_path / "preset" / "episodes.csv", "w") as f:
         f.write(",".join(runlog.EPISODE_COLUMNS) + "\n")
@@ -862,8 +871,10 @@ def test_the_scoreboard_never_trains_an_earlier_presets_rows(tmp_path, capsys, m
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["run", "--seeds", "9"], ["no row of the scoreboard has seed 9"]),
-    (["run", "--games", "ALE/SpaceInvaders-v5", "--seeds", "2"], ["seed 2 and game ALE/Space"]),
+    (["run", "--seeds", "9"], ["no row of the scoreboard has seed 9", "ALE/Pong-v5 1, 2, 3"]),
+    (["run", "--games", "ALE/SpaceInvaders-v5", "--seeds", "2"], ["seed 2 of ALE/Space"]),
+    (["run", "--games", "ALE/Breakout-v5", "--seeds", "1", "7"], ["has seed 7 of ALE/Breakout"]),
+    (["run", "--games", "Pong"], ["not on the scoreboard: Pong", "its games: ALE/Pong-v5"]),
     (["report", "--seeds", "2"], ["report --seeds would rewrite atari.md", "--no-save"]),
 ])
 def test_the_scoreboard_refuses_seeds_it_has_no_row_of_in_one_line(argv, words, tmp_path, capsys,
