@@ -20,7 +20,8 @@ The rows of an earlier preset (RETIRED: Pong's 40M-frame budget) are shown as ke
 frames, the frames and hours at which the mean-100 first reached 0 and +18, and the deterministic
 eval of the best checkpoint over 10 games (what `a3c.py --eval RUN --episodes 10` plays), beside
 the anchors; one curve per game (mean-100 against frames and against wall hours) and a GIF of
-each game's best agent (its first seconds, the colour screen). Writes results/atari.md,
+the best agent of each game's first row with a run folder here (its first seconds, the colour
+screen; else an earlier report's GIF stays). Writes results/atari.md,
 results/atari_<game>.png and .gif unless --no-save, and keeps each run's row and curve in
 results/atari_runs.json: a row whose run folder is not under RUNS (it trained on another machine,
 or in an earlier session whose files are gone) is carried from there, and the table says so.
@@ -442,6 +443,7 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     shown, carried = {}, []
     staged = []  # GIFs written as .part, named with the rest once every row is measured
+    gif_made = set()  # the games whose GIF this report wrote
     try:
         for entry in scoreboard:
             game, seed, stop, key = entry.game, entry.seed, entry.stop, entry.key
@@ -452,12 +454,13 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
                 print(f"{game} seed {entry.label}: {stands}: the kept row stays", file=sys.stderr,
                       flush=True)
                 folder = None
-            if folder is not None:
-                first = next(other for other in SCOREBOARD if other.game == game)
+            if folder is not None:  # a game's GIF: its first row measured from a run folder
                 gif = os.path.join(out, f"atari_{short_name(game)}.gif.part") \
-                    if save and entry == first else None
+                    if save and game not in gif_made else None
                 staged += [gif] if gif is not None else []
                 record = record_of(folder, game, seed, stop, gif, entry.variant)
+                if record is not None and record["gif"]:
+                    gif_made.add(game)
                 if record is None:
                     lines.append(f"| {game} | {entry.label} | no game finished yet | | | | | | | | | | |")
                     continue

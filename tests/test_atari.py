@@ -464,6 +464,14 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     with Image.open(results / "atari_Pong.gif") as gif:
         assert gif.size == (160, 210)
     assert (results / "atari_Pong.png").stat().st_size > 0
+    # the GIF comes from the game's first row with a run folder, here seed 2's (seed 1 not run)
+    later = tmp_path / "later"
+    shutil.copytree(run_dir, later / "ALE_Pong-v5" / "20260101T000000Z-s2")
+    (tmp_path / "later_results").mkdir()
+    assert atari_scoreboard.main(["report", "--runs", str(later),
+                                  "--out", str(tmp_path / "later_results")]) == 0
+    assert (tmp_path / "later_results" / "atari_Pong.gif").stat().st_size > 0
+    assert "](atari_Pong.gif)" in (tmp_path / "later_results" / "atari.md").read_text()
 
     # the run folder gone (another machine, a session's end): its row and curve are carried,
     # over a folder that started before it too
