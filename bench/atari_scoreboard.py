@@ -434,6 +434,21 @@ def record_of(folder: str, game: str, seed: int, stop, gif, variant: str = "") -
             "gif": gif_written}
 
 
+def gif_choices(runs: str, records: dict, scoreboard) -> dict:
+    """The row whose best agent each game's GIF shows: its first row measured from a finished
+    run folder here, else its first measured from any run folder (a run still training)."""
+    chosen = {}
+    for entry in scoreboard:
+        folder = run_folder(runs, entry.game, entry.seed, entry.variant)
+        if folder is None or kept_row_stands(folder, records.get(entry.key), entry.game,
+                                             entry.stop, entry.variant) is not None:
+            continue
+        done = finished(folder, entry.stop, budget(entry.game, entry.variant))
+        if entry.game not in chosen or (done and not chosen[entry.game][1]):
+            chosen[entry.game] = (entry, done)
+    return {game: entry for game, (entry, _) in chosen.items()}
+
+
 def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD) -> str:
     """The table of the scoreboard's runs: measured from the run folders under runs where they
     are, else carried from records, the rows an earlier report kept in out (and said so)."""
@@ -444,6 +459,7 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
     shown, carried = {}, []
     staged = []  # GIFs written as .part, named with the rest once every row is measured
     gif_made = set()  # the games whose GIF this report wrote
+    gif_rows = gif_choices(runs, records, scoreboard) if save else {}
     try:
         for entry in scoreboard:
             game, seed, stop, key = entry.game, entry.seed, entry.stop, entry.key
@@ -454,9 +470,9 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
                 print(f"{game} seed {entry.label}: {stands}: the kept row stays", file=sys.stderr,
                       flush=True)
                 folder = None
-            if folder is not None:  # a game's GIF: its first row measured from a run folder
+            if folder is not None:
                 gif = os.path.join(out, f"atari_{short_name(game)}.gif.part") \
-                    if save and game not in gif_made else None
+                    if gif_rows.get(game) == entry and game not in gif_made else None
                 staged += [gif] if gif is not None else []
                 record = record_of(folder, game, seed, stop, gif, entry.variant)
                 if record is not None and record["gif"]:

@@ -464,9 +464,15 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     with Image.open(results / "atari_Pong.gif") as gif:
         assert gif.size == (160, 210)
     assert (results / "atari_Pong.png").stat().st_size > 0
-    # the GIF comes from the game's first row with a run folder, here seed 2's (seed 1 not run)
+    # the GIF comes from the game's first row with a finished run folder, here seed 2's (seed 1's
+    # run has not finished the preset's budget), else from its first row with a run folder
     later = tmp_path / "later"
+    shutil.copytree(run_dir, later / "ALE_Pong-v5" / "20260101T000000Z-s1")
     shutil.copytree(run_dir, later / "ALE_Pong-v5" / "20260101T000000Z-s2")
+    with open(later / "ALE_Pong-v5" / "20260101T000000Z-s2" / "episodes.csv", "a") as f:
+        f.write(f"0,999999,{12_500_000},1.0,18,10,18.0,1.0,0.5\n")  # its stop reached
+    assert atari_scoreboard.gif_choices(str(later), {}, atari_scoreboard.SCOREBOARD)[PONG].seed == 2
+    shutil.rmtree(later / "ALE_Pong-v5" / "20260101T000000Z-s1")
     (tmp_path / "later_results").mkdir()
     assert atari_scoreboard.main(["report", "--runs", str(later),
                                   "--out", str(tmp_path / "later_results")]) == 0
