@@ -434,16 +434,30 @@ def record_of(folder: str, game: str, seed: int, stop, gif, variant: str = "") -
             "gif": gif_written}
 
 
-def gif_choices(runs: str, records: dict, scoreboard) -> dict:
+def measured_folders(runs: str, records: dict, scoreboard) -> dict:
+    """{entry: (its run folder under runs, whether it finished)} for each row measured from a
+    folder (where a kept row stands over one, it is said, and the row carried). Reads every CSV
+    the report will: one it cannot read stops the report before it writes anything."""
+    measured = {}
+    for entry in scoreboard:
+        folder = run_folder(runs, entry.game, entry.seed, entry.variant)
+        if folder is None:
+            continue
+        stands = kept_row_stands(folder, records.get(entry.key), entry.game, entry.stop,
+                                 entry.variant)
+        if stands is not None:
+            print(f"{entry.game} seed {entry.label}: {stands}: the kept row stays",
+                  file=sys.stderr, flush=True)
+            continue
+        measured[entry] = folder, finished(folder, entry.stop, budget(entry.game, entry.variant))
+    return measured
+
+
+def gif_choices(measured: dict) -> dict:
     """The row whose best agent each game's GIF shows: its first row measured from a finished
     run folder here, else its first measured from any run folder (a run still training)."""
     chosen = {}
-    for entry in scoreboard:
-        folder = run_folder(runs, entry.game, entry.seed, entry.variant)
-        if folder is None or kept_row_stands(folder, records.get(entry.key), entry.game,
-                                             entry.stop, entry.variant) is not None:
-            continue
-        done = finished(folder, entry.stop, budget(entry.game, entry.variant))
+    for entry, (_, done) in measured.items():
         if entry.game not in chosen or (done and not chosen[entry.game][1]):
             chosen[entry.game] = (entry, done)
     return {game: entry for game, (entry, _) in chosen.items()}
@@ -459,17 +473,13 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
     shown, carried = {}, []
     staged = []  # GIFs written as .part, named with the rest once every row is measured
     gif_made = set()  # the games whose GIF this report wrote
-    gif_rows = gif_choices(runs, records, scoreboard) if save else {}
+    measured = measured_folders(runs, records, scoreboard)
+    gif_rows = gif_choices(measured) if save else {}
     try:
         for entry in scoreboard:
             game, seed, stop, key = entry.game, entry.seed, entry.stop, entry.key
-            folder = run_folder(runs, game, seed, entry.variant)
+            folder = measured.get(entry, (None, False))[0]
             kept = records.get(key)
-            stands = kept_row_stands(folder, kept, game, stop, entry.variant)
-            if stands is not None:
-                print(f"{game} seed {entry.label}: {stands}: the kept row stays", file=sys.stderr,
-                      flush=True)
-                folder = None
             if folder is not None:
                 gif = os.path.join(out, f"atari_{short_name(game)}.gif.part") \
                     if gif_rows.get(game) == entry and game not in gif_made else None
@@ -649,11 +659,6 @@ def run_all(runs: str, scoreboard: list, records: dict) -> int:
 
 def write_report(args, argv, records: dict, scoreboard: list) -> int:
     """atari.md (and its pictures and kept rows) from the runs under args.runs and records."""
-    for entry in scoreboard:  # every CSV report reads, first: one it cannot read
-        folder = run_folder(args.runs, entry.game, entry.seed, entry.variant)  # stops it before
-        if folder is not None and kept_row_stands(folder, records.get(entry.key), entry.game,
-                                                  entry.stop, entry.variant) is None:  # it writes
-            progress(folder)  # anything
     table = report(args.runs, args.out, not args.no_save, records, scoreboard)
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "

@@ -471,7 +471,8 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     shutil.copytree(run_dir, later / "ALE_Pong-v5" / "20260101T000000Z-s2")
     with open(later / "ALE_Pong-v5" / "20260101T000000Z-s2" / "episodes.csv", "a") as f:
         f.write(f"0,999999,{12_500_000},1.0,18,10,18.0,1.0,0.5\n")  # its stop reached
-    assert atari_scoreboard.gif_choices(str(later), {}, atari_scoreboard.SCOREBOARD)[PONG].seed == 2
+    assert atari_scoreboard.gif_choices(atari_scoreboard.measured_folders(
+        str(later), {}, atari_scoreboard.SCOREBOARD))[PONG].seed == 2
     shutil.rmtree(later / "ALE_Pong-v5" / "20260101T000000Z-s1")
     (tmp_path / "later_results").mkdir()
     assert atari_scoreboard.main(["report", "--runs", str(later),
