@@ -57,7 +57,8 @@ from networks import (build_actor, build_critic, head_sizes, learning_rates, lst
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
                       observation_statistics_update, optimizer_groups, scaled_observations,
                       shared_trunk)
-from runlog import AnnealStart, EpisodeLog, RunHistory, display_available, plot_rewards
+from runlog import (AnnealStart, EpisodeLog, RunHistory, describe_budget, display_available,
+                    plot_rewards)
 from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, check_results_dir,
                          checkpoint_note, latest_checkpoint, new_run_dir, part_seed, read_run,
                          read_run_info, restore_checkpoint, resume_history, resume_point,
@@ -810,7 +811,7 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
     try:
         mode = ", synchronous updates (A2C)" if cfg.sync_updates else ""
         console.say(f"training {env_id} with {counted(cfg.workers, 'worker')} x "
-                    f"{counted(cfg.envs_per_worker, 'env')}"
+                    f"{counted(cfg.envs_per_worker, 'env')} for {describe_budget(cfg)}"
                     f"{mode}{where}; results in {run_dir}")
         if chief is not None:
             chief.open()

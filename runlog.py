@@ -15,6 +15,7 @@ from collections import deque
 import numpy as np
 
 from config import Config
+from console import counted
 from cpus import usable_cpus
 from sessions import v1
 
@@ -38,6 +39,13 @@ def budget_used(cfg: Config, episodes: int, env_steps: int) -> float:
     run stops at 1."""
     return max(episodes / cfg.max_episodes if cfg.max_episodes else 0.0,
                env_steps / cfg.max_steps if cfg.max_steps else 0.0)
+
+
+def describe_budget(cfg: Config) -> str:
+    """"12,500,000 env steps", "1,000 episodes", or both joined by "or" (the run ends at the
+    first reached): the budget as the run's first lines tell it."""
+    parts = [counted(count, noun) for count, noun in ((cfg.max_episodes, "episode"), (cfg.max_steps, "env step")) if count]
+    return " or ".join(parts) + (", whichever comes first" if len(parts) == 2 else "")
 
 
 def anneal_used(cfg: Config, episodes: int, finished_steps: int, env_steps: int) -> float:

@@ -493,9 +493,10 @@ def test_cli_runs_a_job_and_a_worker_error_exits_non_zero(capsys, tmp_path):
     assert code == 0
     # the run's first line names the preset and the fields it set, so an edited default that
     # the preset overrides (CartPole's n_steps) shows at once; then what was set to no effect
-    first, second = capsys.readouterr().out.splitlines()[:2]
+    first, second, third = capsys.readouterr().out.splitlines()[:3]
     assert first == config_module.describe_preset("CartPole-v1") and "n_steps" in first
     assert second.startswith("a3c.py: warning: --set cnn changes nothing in this run")
+    assert third.startswith("training CartPole-v1 with 2 workers x 2 envs for 4 episodes;"), third
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*-s5"))
     with open(os.path.join(run_dir, "config.json")) as f:
         assert json.load(f)["config"]["actor_hidden"] == [8, 8]
@@ -637,3 +638,13 @@ def test_counts_read_as_english():
     from console import counted
     assert [counted(1, "episode"), counted(8, "env"), counted(1000, "episode")] == [
         "1 episode", "8 envs", "1,000 episodes"]
+
+
+@pytest.mark.parametrize("budget, told", [
+    (dict(max_episodes=1, max_steps=None), "1 episode"),
+    (dict(max_episodes=None, max_steps=12_500_000), "12,500,000 env steps"),
+    (dict(max_episodes=1000, max_steps=1), "1,000 episodes or 1 env step, whichever comes first"),
+])
+def test_a_run_says_its_budget_as_it_starts(budget, told):
+    """(Pong's preset's 50M frames were seen only in config.py: the preset's line names fields.)"""
+    assert runlog.describe_budget(dataclasses.replace(config_module.Config(), **budget)) == told
