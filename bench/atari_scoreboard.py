@@ -1,15 +1,15 @@
 """Atari scoreboard: Pong on seeds 1-3 (the preset's 50M frames at most, and the rows of its
-earlier 40M), Breakout and SpaceInvaders (the preset, and with the LSTM) at 40M frames, beside
-the published anchors at equal frames.
+earlier 40M), Breakout and SpaceInvaders at 40M frames (each with and without the LSTM: the
+preset, and the variant), beside the published anchors at equal frames.
 
     python bench/atari_scoreboard.py run --runs RUNS      # trains what is missing, one at a time
     python bench/atari_scoreboard.py report --runs RUNS   # results/atari.md, curves and GIFs
 
 `run` trains each game and seed of SCOREBOARD with its preset (8 workers) under RUNS, and each
-variant (the preset with values changed, as --set does: the LSTM) under RUNS/<variant>/, one run
-at a time: each for its preset's budget (40M frames; Pong's 50M), Pong until the mean of the last
-100 games reaches +18 or 2 hours of training if either comes first (it stops such a run as
-Ctrl-C does: the checkpoint is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a
+variant (the preset with values changed, as --set does: the LSTM on or off) under
+RUNS/<variant>/, one run at a time: each for its preset's budget (40M frames; Pong's 50M), Pong
+until the mean of the last 100 games reaches +18 or 2 hours of training if either comes first
+(it stops such a run as Ctrl-C does: the checkpoint is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a
 session's end) is continued with `a3c.py --resume` the next time its folder is there (with the
 row's budget, where the run's own is an earlier preset's); a finished one is left alone, and so
 is one whose finished row `report` kept in results/atari_runs.json. A run folder counts for a
@@ -59,9 +59,11 @@ from environments import FRAME_SKIP  # noqa: E402
 PONG_GOAL, PONG_HOURS = 18.0, 2.0
 # A variant is the preset with some values changed (a3c.py's --set); its runs go under
 # RUNS/<variant>/, its rows are named by it. docs/atari.md has why the LSTM is tried (Breakout's
-# runs, then SpaceInvaders before it could become the preset's); 40M is Pong's preset before its
-# budget grew to 50M frames (its rows are carried from atari_runs.json).
-VARIANTS = {"": {}, "lstm": {"use_lstm": True}, "40M": {"max_steps": 10_000_000}}
+# runs, where it became the preset's, then SpaceInvaders); "feed-forward" is Breakout's preset
+# before it; 40M is Pong's preset before its budget grew to 50M frames (its rows are carried
+# from atari_runs.json).
+VARIANTS = {"": {}, "lstm": {"use_lstm": True}, "feed-forward": {"use_lstm": False},
+            "40M": {"max_steps": 10_000_000}}
 RETIRED = ("40M",)  # an earlier preset's rows: `report` shows them as kept, `run` trains none
 # A run's budget is no part of what it trained (a run resumed with a longer one is the same run):
 # of_variant does not compare it; the folder a variant's runs go to tells them apart.
@@ -113,7 +115,7 @@ class Entry(NamedTuple):
 
 SCOREBOARD = [Entry("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS), variant)
               for variant in ("", "40M") for seed in (1, 2, 3)] + [
-    Entry("ALE/Breakout-v5", 1), Entry("ALE/Breakout-v5", 1, variant="lstm"),
+    Entry("ALE/Breakout-v5", 1), Entry("ALE/Breakout-v5", 1, variant="feed-forward"),
     Entry("ALE/SpaceInvaders-v5", 1), Entry("ALE/SpaceInvaders-v5", 1, variant="lstm")]
 WORKERS = 8
 MILESTONES = (10e6, 20e6, 40e6)  # frames
@@ -664,8 +666,10 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "
             f"ATARI: the small CNN on 42x42 frames, {WORKERS} workers x 8 games, no sticky actions, a "
             f"lost life the end of the learning return since 6d9e545: Pong has no lives), "
-            f"on 2 cores, for its preset's budget (40M frames; Pong 50M, 40M in the rows named "
-            f"so), Pong until its mean-100 reaches +{PONG_GOAL:g} "
+            f"on 2 cores; Breakout's own preset puts an LSTM of "
+            f"{config.config_for('ALE/Breakout-v5').lstm_units} cells after the CNN (its "
+            f"rows before: the variant feed-forward). Each for its preset's budget (40M "
+            f"frames; Pong 50M, 40M in the rows named so), Pong until its mean-100 reaches +{PONG_GOAL:g} "
             f"or {PONG_HOURS:g} hours if either comes first. Our scores are the mean of the "
             f"last 100 training games (mean-100) and the deterministic policy of the best "
             f"checkpoint over {EVAL_GAMES} games; the anchors are rl-baselines3-zoo's "
