@@ -118,8 +118,9 @@ def latest_checkpoint(folder: str) -> str:
                 f"--eval {run_folder_of(folder)} --checkpoint "
                 f"{os.path.join(folder, f'model-{steps[-1]}')} plays the newest; to resume, write "
                 f"the line model_checkpoint_path: \"model-{steps[-1]}\" into that index")
-        raise UsageError(f"no checkpoint in {folder}; "
-                         f"runs write one at the end and every checkpoint_every_s seconds")
+        raise UsageError(f"no checkpoint in {folder}; runs write one at the end and every "
+                         f"checkpoint_every_s seconds (a run killed before its first has none "
+                         f"to resume or play: train it anew)")
     return checkpoint
 
 
@@ -312,6 +313,11 @@ def checkpoint_note(run_dir: str) -> str:
             f"CSV recorded (--resume continues it)")
 
 
+# A resume whose annealed rates would start below this fraction of their base is refused: it
+# would learn nothing more (bench/atari_scoreboard.py counts such a run as finished).
+LEAST_RATE_FRACTION = 0.01
+
+
 def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int) -> RunHistory:
     """Where a run resumed from a checkpoint of checkpoint_steps env steps goes on: its
     episodes, its env step count (the checkpoint's, or further if the CSV recorded episodes
@@ -345,7 +351,7 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
         if cfg.anneal_lr and used < used_before:  # a longer schedule
             reached = max(reached, 1.0 - used)
     starts_at = reached if used < 1 else 0.0  # past anneal_steps it is 0 whatever was reached
-    if cfg.anneal_lr and starts_at < 0.01:
+    if cfg.anneal_lr and starts_at < LEAST_RATE_FRACTION:
         # the smallest schedule that leaves 1% of the rates (runlog.anneal_used's formulas)
         at_least = ([f"--set anneal_steps=N, N at least {math.ceil(env_steps / 0.99):,}"]
                     if cfg.anneal_steps else

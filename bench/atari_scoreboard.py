@@ -20,14 +20,16 @@ The rows of an earlier preset (RETIRED: Pong's 40M-frame budget) are shown as ke
 frames, the frames and hours at which the mean-100 first reached 0 and +18, and the deterministic
 eval of the best checkpoint over 10 games (what `a3c.py --eval RUN --episodes 10` plays), beside
 the anchors; one curve per game (mean-100 against frames and against wall hours) and a GIF of
-the best agent of each game's first row with a run folder here (its first seconds, the colour
-screen; else an earlier report's GIF stays). Writes results/atari.md,
-results/atari_<game>.png and .gif unless --no-save, and keeps each run's row and curve in
+the best agent of the game's first finished row (its first seconds, the colour screen), made
+from its run folder here or kept from an earlier report, and named for its row. Writes
+results/atari.md, results/atari_<game>.png and atari_<game>_s<seed>[_<variant>].gif unless
+--no-save, and keeps each run's row and curve in
 results/atari_runs.json: a row whose run folder is not under RUNS (it trained on another machine,
 or in an earlier session whose files are gone) is carried from there, and the table says so.
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import io
 import json
@@ -52,7 +54,7 @@ import numpy as np  # noqa: E402
 
 import config  # noqa: E402
 import runlog  # noqa: E402
-from checkpoints import file_name, latest_checkpoint, read_run  # noqa: E402
+from checkpoints import LEAST_RATE_FRACTION, file_name, latest_checkpoint, read_run  # noqa: E402
 from console import OneLineParser, UsageError, first_line  # noqa: E402
 from environments import FRAME_SKIP  # noqa: E402
 
@@ -66,8 +68,13 @@ VARIANTS = {"": {}, "lstm": {"use_lstm": True}, "feed-forward": {"use_lstm": Fal
             "40M": {"max_steps": 10_000_000}}
 RETIRED = ("40M",)  # an earlier preset's rows: `report` shows them as kept, `run` trains none
 # A run's budget is no part of what it trained (a run resumed with a longer one is the same run):
-# of_variant does not compare it; the folder a variant's runs go to tells them apart.
+# of_variant does not compare it; the folder a variant's runs go to tells them apart. Nor does
+# it compare the seed (the folder's name holds it) or how a run was run rather than what it
+# trained: threads, logging and checkpoint cadence.
 BUDGETS = ("max_steps", "max_episodes")
+NOT_TRAINED = BUDGETS + ("seed", "pin_threads", "atari_threads", "log_every_s",
+                         "checkpoint_every_s", "keep_checkpoints", "best_checkpoint_every_s",
+                         "best_trial_cpu_share")
 
 
 def set_values(variant: str) -> list:
@@ -76,19 +83,24 @@ def set_values(variant: str) -> list:
             for name, value in VARIANTS[variant].items()]
 
 
-def of_variant(folder: str, game: str, variant: str) -> bool:
-    """Whether a run folder trained that variant: its config holds the variant's values, and
-    the preset's for the fields other variants change (a folder it cannot read counts: the
-    scoreboard's own checks then say what is wrong with it)."""
+def row_difference(folder: str, game: str, variant: str) -> str | None:
+    """How a run folder's config differs from what the row trains (the preset, with the
+    variant's values), as "shared_lr=0.001 (the row's: 0.002)"; None where it is the row's, or
+    where it cannot be read (the scoreboard's own checks then say what is wrong with it)."""
     try:
         cfg = read_run(folder)[1]
     except UsageError:
-        return True
-    preset = config.config_for(game)
-    wanted = {name: getattr(preset, name) for values in VARIANTS.values() for name in values}
-    wanted.update(VARIANTS[variant])
-    return all(getattr(cfg, name) == value for name, value in wanted.items()
-               if name not in BUDGETS)
+        return None
+    wanted = dataclasses.replace(config.config_for(game), **VARIANTS[variant])
+    for name in config.field_names():
+        if name not in NOT_TRAINED and getattr(cfg, name) != getattr(wanted, name):
+            return f"{name}={getattr(cfg, name)} (the row's: {getattr(wanted, name)})"
+    return None
+
+
+def of_variant(folder: str, game: str, variant: str) -> bool:
+    """Whether a run folder trained that row: the preset with the variant's values."""
+    return row_difference(folder, game, variant) is None
 
 
 def budget(game: str, variant: str = "") -> int:
@@ -144,10 +156,23 @@ def run_folder(runs: str, game: str, seed: int, variant: str = ""):
     Only folders named as a3c.py names them (<UTC stamp>-s<seed>[-n]) count: a copy or a note
     named otherwise would sort after them all."""
     named = re.compile(rf"\d{{8}}T\d{{6}}Z-s{seed}(-\d+)?")
-    found = sorted(folder for folder in glob.glob(os.path.join(runs, variant, file_name(game), "*"))
-                   if named.fullmatch(os.path.basename(folder)) and os.path.isdir(folder))
-    found = [folder for folder in found if of_variant(folder, game, variant)]
-    return found[-1] if found else None
+    found = sorted((folder for folder in glob.glob(os.path.join(runs, variant, file_name(game), "*"))
+                    if named.fullmatch(os.path.basename(folder)) and os.path.isdir(folder)),
+                   key=start_order)
+    of_row = []
+    for folder in found:
+        difference = row_difference(folder, game, variant)
+        if difference is None:
+            of_row.append(folder)
+        elif folder not in LEFT_OUT:  # (said once: run_folder is asked again and again)
+            LEFT_OUT.add(folder)
+            print(f"{folder} is not a run of the row {game} seed {seed}"
+                  + (f" ({variant})" if variant else "") + f": {difference}; left out",
+                  file=sys.stderr, flush=True)
+    return of_row[-1] if of_row else None
+
+
+LEFT_OUT = set()  # the run folders run_folder has said are not their row's
 
 
 def steps_done(folder: str, rows) -> int:
@@ -189,11 +214,14 @@ def stop_reached(folder: str, stop) -> bool:
 
 def finished(folder: str, stop, max_steps: int = None) -> bool:
     """Whether a run reached its stop or trained max_steps agent steps (default: its own budget,
-    if it has one in steps; the scoreboard counts its row's, budget())."""
+    if it has one in steps; the scoreboard counts its row's, budget()), or so nearly that its
+    annealed rates are below LEAST_RATE_FRACTION: a3c.py would refuse to resume it."""
+    cfg = read_run(folder)[1]
     if max_steps is None:
-        max_steps = read_run(folder)[1].max_steps
+        max_steps = cfg.max_steps
+    enough = 1.0 - LEAST_RATE_FRACTION if cfg.anneal_lr else 1.0
     return stop_reached(folder, stop) or (
-        max_steps is not None and progress(folder)["frames"] >= max_steps * FRAME_SKIP)
+        max_steps is not None and progress(folder)["frames"] >= enough * max_steps * FRAME_SKIP)
 
 
 def a3c_command(runs: str, game: str, seed: int, workers: int, variant: str, folder) -> list:
@@ -240,11 +268,13 @@ def start_held_back(command: list):
     return child, [(number, handlers[number]) for number in held_back]
 
 
-def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS, variant: str = "") -> None:
-    """Start or continue one run, and stop it (as Ctrl-C does) once it reaches its stop; a run
-    that ends on its budget ends by itself (its final checkpoint and trials are not cut)."""
+def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS, variant: str = "",
+          resume: bool = True) -> None:
+    """Start or continue (resume) one run, and stop it (as Ctrl-C does) once it reaches its
+    stop; a run that ends on its budget ends by itself (its final checkpoint and trials are not
+    cut)."""
     name = f"{game} seed {seed}" + (f" ({variant})" if variant else "")
-    folder = run_folder(runs, game, seed, variant)
+    folder = run_folder(runs, game, seed, variant) if resume else None
     if folder is not None and not os.path.exists(os.path.join(folder, "checkpoints", "checkpoint")):
         folder = None  # stopped before its first checkpoint: nothing to resume, start afresh
     if folder is not None and finished(folder, stop, budget(game, variant)):
@@ -379,6 +409,19 @@ def load_records(out: str) -> dict:
     return records
 
 
+def start_order(folder: str) -> tuple:
+    """A run folder's place among its row's by start: its UTC stamp, then the -n a3c.py adds to a
+    second run started within the same second (-s1-10 after -s1-9)."""
+    stamp, _, rest = os.path.basename(folder).partition("-s")
+    return stamp, int(rest.partition("-")[2] or 0)
+
+
+def started_before(folder: str, kept: dict) -> bool:
+    """Whether a run folder started before the run a kept row measured (folders are named by
+    their start): it is not that run, nor a later try of the row."""
+    return kept["run"] is not None and start_order(folder) < start_order(kept["run"])
+
+
 def kept_row_stands(folder, kept, game: str, stop, variant: str = "") -> str | None:
     """Why the kept row of a run stands over the run folder here (None: the folder's row is
     measured). The folder wins when it is the kept run, or newer and finished too where the kept
@@ -386,7 +429,7 @@ def kept_row_stands(folder, kept, game: str, stop, variant: str = "") -> str | N
     folder is gone, or an older copy must not replace it."""
     if kept is None or folder is None or kept["run"] == os.path.basename(folder):
         return None
-    if kept["run"] is not None and os.path.basename(folder) < kept["run"]:  # named by their start
+    if started_before(folder, kept):
         return f"{folder} started before the run kept in {RECORDS} ({kept['run']})"
     if kept["finished"] and not finished(folder, stop, budget(game, variant)):
         return (f"{folder} has not finished the scoreboard's budget or stop, and the run kept in "
@@ -399,8 +442,8 @@ def kept_row_stands(folder, kept, game: str, stop, variant: str = "") -> str | N
 
 
 def kept_frames(kept: dict) -> float:
-    """The frames a kept row had trained: its first cell, as "31.8M"."""
-    return float(kept["cells"][0].rstrip("M")) * 1e6
+    """The frames a kept row had trained: its first cell, as "31.8M" or "2.0M (unfinished)"."""
+    return float(kept["cells"][0].split("M")[0]) * 1e6
 
 
 def curve_of(rows: dict, points: int = CURVE_POINTS) -> dict:
@@ -424,15 +467,17 @@ def record_of(folder: str, game: str, seed: int, stop, gif, variant: str = "") -
         score, gif_written = evaluate_best(folder, gif)
     except UsageError as exc:
         score, gif_written = f"none: {exc}", False
-    reach = ["—" if game != "ALE/Pong-v5" else "never" if hit is None else
-             f"{hit[0] / 1e6:.1f}M, {hit[1]:.2f} h"
+    done_row = finished(folder, stop, budget(game, variant))
+    reach = ["—" if game != "ALE/Pong-v5" else f"{hit[0] / 1e6:.1f}M, {hit[1]:.2f} h" if hit
+             else "never" if done_row else "not yet"
              for hit in (reached(rows, level) for level in (0.0, PONG_GOAL))]
-    cells = ([f"{done['frames'] / 1e6:.1f}M", f"{done['hours']:.2f}",
+    cells = ([f"{done['frames'] / 1e6:.1f}M" + ("" if done_row else " (unfinished)"),
+              f"{done['hours']:.2f}",
               f"{rows['env_steps'][-1] * FRAME_SKIP / max(rows['wall_s'][-1], 1e-9):,.0f}"]
              + [cell(mean_100_at(rows, m, done["frames"])) for m in MILESTONES]
              + [cell(None if np.isnan(done["mean_100"]) else done["mean_100"])] + reach + [score])
     return {"run": os.path.basename(folder), "cells": cells, "curve": curve_of(rows),
-            "finished": finished(folder, stop, budget(game, variant)),
+            "finished": done_row,
             "gif": gif_written}
 
 
@@ -455,14 +500,33 @@ def measured_folders(runs: str, records: dict, scoreboard) -> dict:
     return measured
 
 
-def gif_choices(measured: dict) -> dict:
-    """The row whose best agent each game's GIF shows: its first row measured from a finished
-    run folder here, else its first measured from any run folder (a run still training)."""
-    chosen = {}
-    for entry, (_, done) in measured.items():
-        if entry.game not in chosen or (done and not chosen[entry.game][1]):
-            chosen[entry.game] = (entry, done)
-    return {game: entry for game, (entry, _) in chosen.items()}
+def gif_name(entry: Entry) -> str:
+    """The file under results/ of a row's best agent's GIF: atari_Pong_s2.gif, and
+    atari_Breakout_s1_feed-forward.gif for a variant's row."""
+    return (f"atari_{short_name(entry.game)}_s{entry.seed}"
+            + (f"_{entry.variant}" if entry.variant else "") + ".gif")
+
+
+def gif_choices(measured: dict, records: dict, out: str, scoreboard) -> dict:
+    """The row whose best agent each game's GIF shows: its first finished row that is measured
+    from a run folder here (its GIF is made) or whose GIF an earlier report made in out; else
+    its first row measured here or with such a GIF (a run still training)."""
+    def choose(row_done):
+        chosen = {}
+        for entry in scoreboard:
+            if entry.game in chosen:
+                continue
+            if entry in measured:
+                done = measured[entry][1]
+            else:
+                kept = records.get(entry.key)
+                if kept is None or not os.path.exists(os.path.join(out, gif_name(entry))):
+                    continue
+                done = kept["finished"]
+            if done or not row_done:
+                chosen[entry.game] = entry
+        return chosen
+    return {**choose(row_done=False), **choose(row_done=True)}
 
 
 def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD) -> str:
@@ -474,24 +538,27 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     shown, carried = {}, []
     staged = []  # GIFs written as .part, named with the rest once every row is measured
-    gif_made = set()  # the games whose GIF this report wrote
     measured = measured_folders(runs, records, scoreboard)
-    gif_rows = gif_choices(measured) if save else {}
+    gif_rows = gif_choices(measured, records, out, scoreboard) if save else {}
     try:
         for entry in scoreboard:
             game, seed, stop, key = entry.game, entry.seed, entry.stop, entry.key
             folder = measured.get(entry, (None, False))[0]
             kept = records.get(key)
             if folder is not None:
-                gif = os.path.join(out, f"atari_{short_name(game)}.gif.part") \
-                    if gif_rows.get(game) == entry and game not in gif_made else None
+                gif = os.path.join(out, gif_name(entry) + ".part") \
+                    if gif_rows.get(game) == entry else None
                 staged += [gif] if gif is not None else []
                 record = record_of(folder, game, seed, stop, gif, entry.variant)
-                if record is not None and record["gif"]:
-                    gif_made.add(game)
                 if record is None:
                     lines.append(f"| {game} | {entry.label} | no game finished yet | | | | | | | | | | |")
                     continue
+                if record["cells"][-1].startswith("none:") and kept is not None and \
+                        kept["run"] == record["run"] and not kept["cells"][-1].startswith("none:"):
+                    # (a checkpoint replaced as it was read, say): not to be kept for good
+                    print(f"{game} seed {entry.label}: its eval failed ({record['cells'][-1]}); "
+                          f"the eval kept for this run in {RECORDS} stays", file=sys.stderr, flush=True)
+                    record["cells"][-1] = kept["cells"][-1]
                 records[key] = record
             elif kept is not None:
                 record = kept
@@ -532,9 +599,11 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
         # curves were have none)
         if os.path.exists(os.path.join(out, png)):
             pictures.append(f"![{game}: mean-100 against frames and hours]({png})")
-            if any(record["gif"] for _, record in shown_runs) and \
-                    os.path.exists(os.path.join(out, png[:-4] + ".gif")):
-                pictures[-1] += f" ![{game}: the best agent's first seconds]({png[:-4]}.gif)"
+            shown_gif = gif_rows.get(game)
+            if shown_gif is not None and os.path.exists(os.path.join(out, gif_name(shown_gif))):
+                pictures[-1] += (f" ![{game}, seed {shown_gif.label}: the best agent's first "
+                                 f"seconds]({gif_name(shown_gif)})\n\n*{short_name(game)}'s "
+                                 f"GIF: the best agent of seed {shown_gif.label}.*")
     return text + "\n\n" + "\n\n".join(pictures) if pictures else text
 
 
@@ -596,6 +665,8 @@ def main(argv=None) -> int:
     if os.path.basename(os.path.normpath(args.runs)) in set(VARIANTS) - {""}:
         parser.error(f"--runs {args.runs} is the folder of a variant's runs: give the folder "
                      f"above it, which holds the preset's ALE_<Game>-v5/ folders too")
+    if args.what == "run" and args.no_save:
+        parser.error("--no-save is for report (print, write nothing): run trains; drop it")
     for flag, chosen, rows in (("--games", args.games, "games'"), ("--seeds", args.seeds, "seeds'")):
         if args.what == "report" and chosen and not args.no_save:
             parser.error(f"report {flag} would rewrite atari.md with only those {rows} rows: "
@@ -650,7 +721,12 @@ def run_all(runs: str, scoreboard: list, records: dict) -> int:
                 print(f"{entry.game} seed {entry.label}: a row of an earlier preset, not trained "
                       f"again", flush=True)
                 continue
-            train(runs, entry.game, entry.seed, entry.stop, variant=entry.variant)
+            older = kept is not None and folder is not None and started_before(folder, kept)
+            if older:  # (report measures the kept run, not it: a new try of the row goes on)
+                print(f"{entry.game} seed {entry.label}: {folder} started before the run kept in "
+                      f"{RECORDS} ({kept['run']}); a new run starts", flush=True)
+            train(runs, entry.game, entry.seed, entry.stop, variant=entry.variant,
+                  resume=not older)
     except (KeyboardInterrupt, Terminated):  # between runs: none was training
         print("stopped between runs; `run` again continues the scoreboard", file=sys.stderr)
         return INTERRUPTED

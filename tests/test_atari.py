@@ -399,7 +399,10 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
         assert 0 <= int(cells[1].rstrip("%")) <= 100 and float(cells[4]) >= 0
 
     # bench/atari_scoreboard.py: a run that used its budget is finished, though no game ended in
-    # its last rollouts (its checkpoint counts), so `run` goes on to the next game
+    # its last rollouts (its checkpoint counts), so `run` goes on to the next game. (The run
+    # stands in for the row's: the values it changes are not compared here.)
+    monkeypatch.setattr(atari_scoreboard, "NOT_TRAINED", atari_scoreboard.NOT_TRAINED + tuple(
+        {**SMALL, "max_episode_steps": 0, "anneal_lr": 0, "best_checkpoint_every_s": 0}))
     rows = atari_scoreboard.progress(run_dir)["rows"]
     assert atari_scoreboard.progress(run_dir)["frames"] >= 2000 * environments.FRAME_SKIP
     if rows["env_steps"][-1] < 2000:  # (else the check below is the row's, made the same way)
@@ -458,12 +461,13 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert [row.split("|")[2].strip() for row in rows] == ["1", "2", "3", "1 (40M)", "2 (40M)",
                                                            "3 (40M)"]
     assert "not run" not in rows[0] and all("not run" in row for row in rows[1:])
-    assert "| ALE/Breakout-v5 | 1 | not run |" in table and "](atari_Pong.gif)" in table
+    assert "| ALE/Breakout-v5 | 1 | not run |" in table and "](atari_Pong_s1.gif)" in table
+    assert "*Pong's GIF: the best agent of seed 1.*" in table
     assert "| ALE/Breakout-v5 | 1 (feed-forward) | not run |" in table
     assert "| ALE/SpaceInvaders-v5 | 1 (lstm) | not run |" in table
     assert "lstm: use_lstm=true" in table and "feed-forward: use_lstm=false" in table
     assert capsys.readouterr().out.startswith("# Atari scoreboard"), "the rows' progress: stderr"
-    with Image.open(results / "atari_Pong.gif") as gif:
+    with Image.open(results / "atari_Pong_s1.gif") as gif:
         assert gif.size == (160, 210)
     assert (results / "atari_Pong.png").stat().st_size > 0
     # the GIF comes from the game's first row with a finished run folder, here seed 2's (seed 1's
@@ -474,13 +478,14 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     with open(later / "ALE_Pong-v5" / "20260101T000000Z-s2" / "episodes.csv", "a") as f:
         f.write(f"0,999999,{12_500_000},1.0,18,10,18.0,1.0,0.5\n")  # its stop reached
     assert atari_scoreboard.gif_choices(atari_scoreboard.measured_folders(
-        str(later), {}, atari_scoreboard.SCOREBOARD))[PONG].seed == 2
+        str(later), {}, atari_scoreboard.SCOREBOARD), {}, str(later),
+        atari_scoreboard.SCOREBOARD)[PONG].seed == 2
     shutil.rmtree(later / "ALE_Pong-v5" / "20260101T000000Z-s1")
     (tmp_path / "later_results").mkdir()
     assert atari_scoreboard.main(["report", "--runs", str(later),
                                   "--out", str(tmp_path / "later_results")]) == 0
-    assert (tmp_path / "later_results" / "atari_Pong.gif").stat().st_size > 0
-    assert "](atari_Pong.gif)" in (tmp_path / "later_results" / "atari.md").read_text()
+    assert (tmp_path / "later_results" / "atari_Pong_s2.gif").stat().st_size > 0
+    assert "](atari_Pong_s2.gif)" in (tmp_path / "later_results" / "atari.md").read_text()
 
     # the run folder gone (another machine, a session's end): its row and curve are carried,
     # over a folder that started before it too
@@ -496,7 +501,7 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert "carried from atari_runs.json, as an earlier report" in carried
     assert "unfinished there): Pong seed 1." in carried
     assert (results / "atari_Pong.png").stat().st_size > 0, "drawn again from the kept curve"
-    assert "](atari_Pong.gif)" in carried
+    assert "](atari_Pong_s1.gif)" in carried, "the GIF of a carried row still training stays"
     # a finished kept row stands over a newer try that has not finished the scoreboard's budget,
     # and `run` does not train again what a kept row says is finished
     kept = json.loads((results / "atari_runs.json").read_text())
@@ -796,12 +801,14 @@ def test_the_best_agent_trials_play_breakout_with_fire_after_a_lost_life(tmp_pat
         training.close()
 
 
-def test_the_scoreboard_stops_a_run_started_in_the_background_at_its_stop(tmp_path, capsys):
+def test_the_scoreboard_stops_a_run_started_in_the_background_at_its_stop(tmp_path, capsys,
+                                                                          monkeypatch):
     """A shell's `cmd &` starts it with SIGINT ignored, and its runs inherit that: the
     scoreboard's stop (here 10 s of training) must still end the run, saved and resumable. (The
     run is of a variant: the preset with values changed, in a folder of its own.)"""
     import signal
     import threading
+    monkeypatch.setattr(atari_scoreboard, "NOT_TRAINED", atari_scoreboard.NOT_TRAINED + ("workers",))
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     done = threading.Event()
     try:
@@ -842,7 +849,7 @@ def test_the_scoreboard_tells_rows_apart_by_their_values_and_folders_not_by_budg
     assert not atari_scoreboard.of_variant(lstm_run, PONG, "40M")
     assert atari_scoreboard.budget(PONG) == config_module.config_for(PONG).max_steps == 12_500_000
     assert atari_scoreboard.budget(PONG, "40M") == 10_000_000
-    assert atari_scoreboard.budget("ALE/Breakout-v5", "lstm") == 10_000_000
+    assert atari_scoreboard.budget("ALE/SpaceInvaders-v5", "lstm") == 10_000_000
     assert atari_scoreboard.set_values("40M") == ["max_steps=10000000"]
     # Breakout's preset has the LSTM: its feed-forward runs are the variant, the others' the LSTM
     assert [config_module.config_for(game).use_lstm for game in
@@ -862,6 +869,9 @@ def test_the_scoreboard_tells_rows_apart_by_their_values_and_folders_not_by_budg
     assert atari_scoreboard.run_folder(str(tmp_path / "runs"), PONG, 1) == real
     again = write_run_folder(runs / "20270101T000000Z-s1-2", PONG)  # (a3c.py's within one second)
     assert atari_scoreboard.run_folder(str(tmp_path / "runs"), PONG, 1) == again
+    for n in (9, 10):  # by number, not as text ("-10" < "-9")
+        write_run_folder(runs / f"20270101T000000Z-s1-{n}", PONG)
+    assert atari_scoreboard.run_folder(str(tmp_path / "runs"), PONG, 1).endswith("-s1-10")
     # a run of 40M frames (no game at +18) finished the 40M row's budget, not the preset's
     with open(tmp_path / "preset" / "episodes.csv", "w") as f:
         f.write(",".join(runlog.EPISODE_COLUMNS) + "\n")
@@ -902,6 +912,7 @@ def test_the_scoreboard_never_trains_an_earlier_presets_rows(tmp_path, capsys, m
     (["run", "--games", "ALE/Breakout-v5", "--seeds", "1", "7"], ["has seed 7 of ALE/Breakout"]),
     (["run", "--games", "Pong"], ["not on the scoreboard: Pong", "its games: ALE/Pong-v5"]),
     (["report", "--seeds", "2"], ["report --seeds would rewrite atari.md", "--no-save"]),
+    (["run", "--no-save"], ["--no-save is for report", "drop it"]),  # (it trained 50M frames)
 ])
 def test_the_scoreboard_refuses_seeds_it_has_no_row_of_in_one_line(argv, words, tmp_path, capsys,
                                                                    monkeypatch):
@@ -1042,3 +1053,105 @@ def test_the_scoreboard_stopped_by_ctrl_c_then_sigterm_lets_its_run_save_and_say
     assert "stopped by Ctrl-C; `run` again continues the scoreboard" in err.splitlines()[-1]
     run_dir = atari_scoreboard.run_folder(str(tmp_path), PONG, 1)
     assert glob.glob(os.path.join(run_dir, "checkpoints", "model-*.index")), "saved at the stop"
+
+
+def test_a_games_gif_is_of_its_first_finished_row_and_named_for_it(tmp_path):
+    """A variant's run measured here must not replace the GIF of the game's first row, kept
+    from an earlier report (the file is named for its row; the caption says whose agent)."""
+    board = [atari_scoreboard.Entry("ALE/SpaceInvaders-v5", 1),
+             atari_scoreboard.Entry("ALE/SpaceInvaders-v5", 1, variant="lstm"),
+             atari_scoreboard.Entry(PONG, 1, (18.0, 2.0)), atari_scoreboard.Entry(PONG, 2, (18.0, 2.0))]
+    preset, lstm, pong_1, pong_2 = board
+    assert [atari_scoreboard.gif_name(entry) for entry in board] == [
+        "atari_SpaceInvaders_s1.gif", "atari_SpaceInvaders_s1_lstm.gif", "atari_Pong_s1.gif",
+        "atari_Pong_s2.gif"]
+    measured = {lstm: ("folder", True), pong_1: ("folder", False)}  # (Pong 1 still training)
+    records = {preset.key: {"finished": True}, pong_2.key: {"finished": True}}
+    choices = lambda: atari_scoreboard.gif_choices(measured, records, str(tmp_path), board)
+    assert choices() == {"ALE/SpaceInvaders-v5": lstm, PONG: pong_1}  # no kept GIF: made here
+    for entry in (preset, pong_2):
+        (tmp_path / atari_scoreboard.gif_name(entry)).write_bytes(b"GIF89a")
+    assert choices() == {"ALE/SpaceInvaders-v5": preset, PONG: pong_2}
+    records[pong_2.key]["finished"] = False  # a kept run still training: the one here goes first
+    assert choices()[PONG] == pong_1
+
+
+def test_a_failed_eval_does_not_replace_the_eval_kept_for_the_same_run(tmp_path, capsys):
+    runs = tmp_path / "runs" / "ALE_Pong-v5"
+    runs.mkdir(parents=True)
+    folder = write_run_folder(runs / "20270101T000000Z-s1", PONG)  # (no checkpoints: no eval)
+    with open(os.path.join(folder, "episodes.csv"), "w") as f:
+        f.write(",".join(runlog.EPISODE_COLUMNS) + "\n")
+        for index in range(3):
+            f.write(f"0,{index + 1},{(index + 1) * 1000},{index + 1.0},-21,1000,-21.0,1.0,0.5\n")
+    board = [atari_scoreboard.Entry(PONG, 1, (18.0, 2.0))]
+    kept = {"run": "20270101T000000Z-s1", "cells": ["x"] * 9 + ["-20.5"], "curve": None,
+            "finished": False, "gif": False}
+    for records, eval_cell in (({}, "none: "), ({board[0].key: kept}, "-20.5 |")):
+        table = atari_scoreboard.report(str(tmp_path / "runs"), str(tmp_path), False, records, board)
+        assert f"| {eval_cell}" in table.splitlines()[2], table
+        # a run short of its budget and stop says so: not "never" reached, not yet
+        assert "| 0.0M (unfinished) |" in table and "| not yet | not yet |" in table
+    assert "the eval kept for this run in atari_runs.json stays" in capsys.readouterr().err
+
+
+def pong_csv(folder, steps):
+    with open(os.path.join(folder, "episodes.csv"), "w") as f:
+        f.write(",".join(runlog.EPISODE_COLUMNS) + "\n")
+        f.write(f"0,1,{steps},1.0,-21,1000,-21.0,1.0,0.5\n")
+
+
+def test_a_row_counts_only_folders_that_trained_its_values_and_says_which_it_left_out(
+        tmp_path, capsys):
+    runs = tmp_path / "ALE_Pong-v5"
+    runs.mkdir()
+    real = write_run_folder(runs / "20270101T000000Z-s1", PONG)
+    other = write_run_folder(runs / "20270101T000001Z-s1", PONG, shared_lr=1e-3,
+                             max_steps=5, checkpoint_every_s=1.0)  # (the last two: not compared)
+    assert atari_scoreboard.run_folder(str(tmp_path), PONG, 1) == real
+    assert f"{other} is not a run of the row ALE/Pong-v5 seed 1: shared_lr=0.001 (the row's: " \
+        "0.002); left out" in capsys.readouterr().err
+    write_run_folder(runs / "20270101T000002Z-s1", PONG, max_steps=5, checkpoint_every_s=1.0,
+                     pin_threads=True, seed=7)
+    assert atari_scoreboard.run_folder(str(tmp_path), PONG, 1).endswith("000002Z-s1")
+
+
+def test_a_run_in_its_last_hundredth_is_finished_as_a3c_would_not_resume_it(tmp_path):
+    """Its rates are annealed below 1% there: a3c.py refuses the resume (checkpoints.resume_point),
+    so `run` would fail on the row at every try and never reach the next."""
+    folder = write_run_folder(tmp_path / "run", PONG)
+    steps = atari_scoreboard.budget(PONG)
+    for fraction, done in ((0.98, False), (1 - checkpoints.LEAST_RATE_FRACTION, True)):
+        pong_csv(folder, int(fraction * steps))
+        assert atari_scoreboard.finished(folder, (18.0, 2.0), steps) == done
+
+
+def test_run_starts_a_new_run_where_report_measures_the_kept_one_over_an_older_folder(
+        tmp_path, capsys, monkeypatch):
+    """A kept row still training (its folder on another machine) and, here, a folder that started
+    before it: report keeps the kept row, so resuming the older folder would train hours that no
+    report shows."""
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    (runs / "ALE_Pong-v5").mkdir(parents=True)
+    out.mkdir()
+    older = write_run_folder(runs / "ALE_Pong-v5" / "20270101T000000Z-s1", PONG)
+    pong_csv(older, 1000)
+    os.makedirs(os.path.join(older, "checkpoints"))
+    open(os.path.join(older, "checkpoints", "checkpoint"), "w").close()
+    kept = {"run": "20270202T000000Z-s1", "cells": ["8.0M"] + ["x"] * 9, "curve": None,
+            "finished": False, "gif": False}
+    (out / "atari_runs.json").write_text(json.dumps({f"{PONG} 1": kept}))
+    monkeypatch.setattr(atari_scoreboard.subprocess, "Popen", None)  # nothing may train
+    with pytest.raises(TypeError):
+        atari_scoreboard.main(["run", "--runs", str(runs), "--games", PONG, "--seeds", "1",
+                               "--out", str(out)])
+    said = capsys.readouterr().out
+    assert "started before the run kept in atari_runs.json" in said and "a new run starts" in said
+    assert "--env ALE/Pong-v5 --seed 1" in said and "--resume" not in said
+
+
+def test_every_kept_row_is_a_row_of_the_scoreboard():
+    """results/atari_runs.json's keys are renamed by hand when rows change (Breakout's LSTM
+    became its preset): a key no row has would be a row lost from the table."""
+    kept = atari_scoreboard.load_records(os.path.join(atari_scoreboard.ROOT, "results"))
+    assert kept and set(kept) <= {entry.key for entry in atari_scoreboard.SCOREBOARD}
