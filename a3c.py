@@ -51,8 +51,8 @@ from sessions import close_remote_session, open_session, session_callable, tf, v
 from console import (Console, Interrupted, OneLineParser, UsageError, WorkerError, attempt,
                      counted, first_line, is_ctrl_c, progress_line, repeated_stop,
                      stop_like_ctrl_c, tell, tenths, warn)
-from environments import (ATARI_STEPS_PER_S, EnvSpec, env_spec, is_atari, make_envs, probe_spec,
-                          unused_setting_warnings)
+from environments import (ATARI_STEPS_PER_S, FRAME_SKIP, EnvSpec, env_spec, is_atari, make_envs,
+                          probe_spec, unused_setting_warnings)
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
                       observation_statistics_update, optimizer_groups, scaled_observations,
@@ -811,7 +811,8 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
     try:
         mode = ", synchronous updates (A2C)" if cfg.sync_updates else ""
         console.say(f"training {env_id} with {counted(cfg.workers, 'worker')} x "
-                    f"{counted(cfg.envs_per_worker, 'env')} for {describe_budget(cfg)}"
+                    f"{counted(cfg.envs_per_worker, 'env')} for "
+                    f"{describe_budget(cfg, FRAME_SKIP if is_atari(env_id) else 1)}"
                     f"{mode}{where}; results in {run_dir}")
         if chief is not None:
             chief.open()
@@ -1144,7 +1145,8 @@ def resume_config(args, cluster_shape: dict = None) -> tuple[str, Config]:
                if given is not None and given != own]
     if changed:
         raise UsageError(f"--resume continues a run with its own --env, --workers and --seed "
-                         f"({', '.join(changed)} differ); start a new run to change them")
+                         f"({', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'}); "
+                         f"start a new run to change them")
     # what the command line sets to the run's own value changes nothing (the original command)
     overrides = {field: value for field, value in overrides_from_args(args).items()
                  if value != getattr(saved, field)}

@@ -41,10 +41,15 @@ def budget_used(cfg: Config, episodes: int, env_steps: int) -> float:
                env_steps / cfg.max_steps if cfg.max_steps else 0.0)
 
 
-def describe_budget(cfg: Config) -> str:
-    """"12,500,000 env steps", "1,000 episodes", or both joined by "or" (the run ends at the
-    first reached): the budget as the run's first lines tell it."""
-    parts = [counted(count, noun) for count, noun in ((cfg.max_episodes, "episode"), (cfg.max_steps, "env step")) if count]
+def describe_budget(cfg: Config, frames_per_step: int = 1) -> str:
+    """"12,500,000 env steps (50M frames)" (an Atari step is frames_per_step frames), "1,000
+    episodes", or both joined by "or" (the run ends at the first reached): the budget as the
+    run's first lines tell it."""
+    parts = [counted(cfg.max_episodes, "episode")] if cfg.max_episodes else []
+    if cfg.max_steps:
+        frames = (f" ({cfg.max_steps * frames_per_step / 1e6:,.4g}M frames)"
+                  if frames_per_step > 1 else "")
+        parts.append(counted(cfg.max_steps, "env step") + frames)
     return " or ".join(parts) + (", whichever comes first" if len(parts) == 2 else "")
 
 

@@ -405,7 +405,8 @@ def test_resume_continues_the_counters_the_csv_and_the_plot(tmp_path, capsys):
     (["--max-episodes", "99", "--set", "gamma=0.5"], ["cannot change gamma"]),
     (["--max-episodes", "99", "--set", "hidden_activation=relu"], ["cannot change hidden_activation"]),
     (["--max-episodes", "99", "--workers", "3"], ["its own --env, --workers and --seed"]),
-    (["--max-episodes", "99", "--env", "Pendulum-v1"], ["its own --env", "--env differ"]),
+    (["--max-episodes", "99", "--env", "Pendulum-v1"], ["its own --env", "(--env differs)"]),
+    (["--max-episodes", "99", "--env", "Pendulum-v1", "--seed", "9"], ["(--env, --seed differ)"]),
     (["--eval", "."], ["--eval plays RUN_DIR's agent", "--resume is for training"]),
 ])
 def test_resume_refuses_what_would_change_the_run_and_writes_nothing(argv, words, trained_run,

@@ -648,3 +648,5 @@ def test_counts_read_as_english():
 def test_a_run_says_its_budget_as_it_starts(budget, told):
     """(Pong's preset's 50M frames were seen only in config.py: the preset's line names fields.)"""
     assert runlog.describe_budget(dataclasses.replace(config_module.Config(), **budget)) == told
+    pong = config_module.config_for("ALE/Pong-v5")
+    assert runlog.describe_budget(pong, environments.FRAME_SKIP) == "12,500,000 env steps (50M frames)"
