@@ -803,13 +803,17 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
                 where += (f" (a longer schedule's, up from the {history.reached:.0%} it had "
                           f"reached" + ("; its best agent stays in checkpoints/best/ unless "
                                         "beaten)" if best_kept(run_dir) else ")"))
+        elif history.anneal_start.lr_fraction < 1.0 - 1e-9:  # --set anneal_lr=false: a jump up too
+            where += (f", learning rates at their base (anneal_lr off; they had annealed to "
+                      f"{history.anneal_start.lr_fraction:.0%})")
     if cluster is not None:
         where += (f"; the chief of a cluster of {len(cluster.spec['ps'])} ps and "
                   f"{len(cluster.spec['worker'])} worker processes")
     error = None
     interrupted = False
     try:
-        mode = ", synchronous updates (A2C)" if cfg.sync_updates else ""
+        mode = (f", an LSTM of {cfg.lstm_units} cells" if cfg.use_lstm else "") + (
+            ", synchronous updates (A2C)" if cfg.sync_updates else "")
         console.say(f"training {env_id} with {counted(cfg.workers, 'worker')} x "
                     f"{counted(cfg.envs_per_worker, 'env')} for "
                     f"{describe_budget(cfg, FRAME_SKIP if is_atari(env_id) else 1)}"

@@ -367,7 +367,8 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert a3c.main(["--resume", run_dir, "--max-steps", "2000", "--no-plot",
                      "--set", "anneal_lr=false"]) == 0  # (its annealed rate reached 0)
     assert len(read_rows(run_dir)) - 1 > len(rows)
-    capsys.readouterr()
+    assert "learning rates at their base (anneal_lr off; they had annealed to 0%)" in \
+        capsys.readouterr().out, "the jump up is said"
 
     assert a3c.main(["--eval", run_dir, "--episodes", "1", "--record"]) == 0
     printed = capsys.readouterr().out

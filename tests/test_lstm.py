@@ -91,7 +91,9 @@ def test_the_lstm_learns_what_needs_memory_and_plays_it_back_where_the_feed_forw
                   shared_lr=3e-3, actor_lr=3e-3, log_every_s=60.0)
     cfg = dataclasses.replace(config_module.Config(), use_lstm=True, lstm_units=32, max_steps=30_000,
                               best_trial_episodes=10, **common)
-    summary = a3c.train(CUE, cfg, str(tmp_path), show_plot=False, out=io.StringIO())
+    said = io.StringIO()
+    summary = a3c.train(CUE, cfg, str(tmp_path), show_plot=False, out=said)
+    assert "2 workers x 4 envs for 30,000 env steps, an LSTM of 32 cells;" in said.getvalue()
     rows = runlog.read_episodes(os.path.join(summary["run_dir"], "episodes.csv"))
     assert rows["running_return"][-1] >= 0.8, "the cue is remembered over two steps"
     played = a3c.evaluate(summary["run_dir"], episodes=10, out=io.StringIO())
