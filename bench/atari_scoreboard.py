@@ -216,10 +216,13 @@ def finished(folder: str, stop, max_steps: int = None) -> bool:
     """Whether a run reached its stop or trained max_steps agent steps (default: its own budget,
     if it has one in steps; the scoreboard counts its row's, budget()), or so nearly that its
     annealed rates are below LEAST_RATE_FRACTION: a3c.py would refuse to resume it."""
-    cfg = read_run(folder)[1]
     if max_steps is None:
-        max_steps = cfg.max_steps
-    enough = 1.0 - LEAST_RATE_FRACTION if cfg.anneal_lr else 1.0
+        max_steps = read_run(folder)[1].max_steps
+    try:
+        annealed = read_run(folder)[1].anneal_lr
+    except UsageError:  # (a run that had not written its config: it trained nothing)
+        annealed = True
+    enough = 1.0 - LEAST_RATE_FRACTION if annealed else 1.0
     return stop_reached(folder, stop) or (
         max_steps is not None and progress(folder)["frames"] >= enough * max_steps * FRAME_SKIP)
 
