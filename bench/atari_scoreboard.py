@@ -92,8 +92,10 @@ def row_difference(folder: str, game: str, variant: str) -> str | None:
     except UsageError:
         return None
     wanted = dataclasses.replace(config.config_for(game), **VARIANTS[variant])
+    unused = config.unused_fields(wanted, image=True, discrete=True)  # (the MLPs', sigma's...)
     for name in config.field_names():
-        if name not in NOT_TRAINED and getattr(cfg, name) != getattr(wanted, name):
+        if name not in NOT_TRAINED and name not in unused and \
+                getattr(cfg, name) != getattr(wanted, name):
             return f"{name}={getattr(cfg, name)} (the row's: {getattr(wanted, name)})"
     return None
 
@@ -130,6 +132,7 @@ SCOREBOARD = [Entry("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS), variant)
     Entry("ALE/Breakout-v5", 1), Entry("ALE/Breakout-v5", 1, variant="feed-forward"),
     Entry("ALE/SpaceInvaders-v5", 1), Entry("ALE/SpaceInvaders-v5", 1, variant="lstm")]
 WORKERS = 8
+POLL_S = 10  # how often a run's folder is read for its stop
 MILESTONES = (10e6, 20e6, 40e6)  # frames
 EVAL_GAMES = 10
 CELLS = 10  # a row's cells after game and seed, before the anchors
@@ -222,9 +225,11 @@ def finished(folder: str, stop, max_steps: int = None) -> bool:
         annealed = read_run(folder)[1].anneal_lr
     except UsageError:  # (a run that had not written its config: it trained nothing)
         annealed = True
-    enough = 1.0 - LEAST_RATE_FRACTION if annealed else 1.0
-    return stop_reached(folder, stop) or (
-        max_steps is not None and progress(folder)["frames"] >= enough * max_steps * FRAME_SKIP)
+    if max_steps is None:
+        return stop_reached(folder, stop)
+    frames, budget_frames = progress(folder)["frames"], max_steps * FRAME_SKIP
+    return stop_reached(folder, stop) or frames >= budget_frames or (
+        annealed and frames > (1.0 - LEAST_RATE_FRACTION) * budget_frames)
 
 
 def a3c_command(runs: str, game: str, seed: int, workers: int, variant: str, folder) -> list:
@@ -277,7 +282,8 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS, variant
     stop; a run that ends on its budget ends by itself (its final checkpoint and trials are not
     cut)."""
     name = f"{game} seed {seed}" + (f" ({variant})" if variant else "")
-    folder = run_folder(runs, game, seed, variant) if resume else None
+    known = run_folder(runs, game, seed, variant)  # (a new run's folder comes after it)
+    folder = known if resume else None
     if folder is not None and not os.path.exists(os.path.join(folder, "checkpoints", "checkpoint")):
         folder = None  # stopped before its first checkpoint: nothing to resume, start afresh
     if folder is not None and finished(folder, stop, budget(game, variant)):
@@ -320,10 +326,12 @@ def train(runs: str, game: str, seed: int, stop, workers: int = WORKERS, variant
         for number, handler in held_back:  # a stop that came as the child started: the child
             handler(number, None)           # exists now, and the handlers below stop it
         while child.poll() is None:
-            time.sleep(10)
+            time.sleep(POLL_S)
             current = run_folder(runs, game, seed, variant)
+            if current is None or (folder is None and current == known):
+                continue  # a new run's folder is not made yet: not an older run's stop
             try:
-                stop_now = current is not None and stop_reached(current, stop)
+                stop_now = stop_reached(current, stop)
             except UsageError:  # a line half-written as it was read: the next look reads it whole
                 continue
             if stop_now:

@@ -1115,14 +1115,36 @@ def test_a_row_counts_only_folders_that_trained_its_values_and_says_which_it_lef
     write_run_folder(runs / "20270101T000002Z-s1", PONG, max_steps=5, checkpoint_every_s=1.0,
                      pin_threads=True, seed=7)
     assert atari_scoreboard.run_folder(str(tmp_path), PONG, 1).endswith("000002Z-s1")
+    # nor the fields a CNN's run does not use (the MLPs', sigma's): a change to a classic-control
+    # default must not drop every Atari run; a config.json from before lstm_input_hidden existed
+    newest = write_run_folder(runs / "20270101T000003Z-s1", PONG, actor_lr=1.0, use_sde=True)
+    saved = json.loads((runs / "20270101T000003Z-s1" / "config.json").read_text())
+    del saved["config"]["lstm_input_hidden"]
+    (runs / "20270101T000003Z-s1" / "config.json").write_text(json.dumps(saved))
+    assert atari_scoreboard.run_folder(str(tmp_path), PONG, 1) == newest
+
+
+def test_a_new_run_is_not_stopped_by_the_stop_an_older_folder_of_its_row_reached(tmp_path,
+                                                                                 monkeypatch):
+    """`run` starts a new run beside an older folder (a kept row stands over it): until a3c.py
+    has made its folder, the row's newest is the older one, whose stop is not the new run's."""
+    runs = tmp_path / "ALE_Pong-v5"
+    runs.mkdir()
+    pong_csv(write_run_folder(runs / "20270101T000000Z-s1", PONG), 1000)  # wall 1 s: past the stop
+    monkeypatch.setattr(atari_scoreboard, "POLL_S", 0.2)
+    monkeypatch.setattr(atari_scoreboard, "a3c_command",  # (a3c.py's stand-in: makes no folder)
+                        lambda *args: ["sleep", "1.5"])
+    atari_scoreboard.train(str(tmp_path), PONG, 1, (18.0, 1e-7), resume=False)  # (status 0)
 
 
 def test_a_run_in_its_last_hundredth_is_finished_as_a3c_would_not_resume_it(tmp_path):
-    """Its rates are annealed below 1% there: a3c.py refuses the resume (checkpoints.resume_point),
-    so `run` would fail on the row at every try and never reach the next."""
+    """Past it its rates are annealed below 1%: a3c.py refuses the resume
+    (checkpoints.resume_point), so `run` would fail on the row at every try and never reach the
+    next. At exactly 1% a3c.py still resumes it."""
     folder = write_run_folder(tmp_path / "run", PONG)
     steps = atari_scoreboard.budget(PONG)
-    for fraction, done in ((0.98, False), (1 - checkpoints.LEAST_RATE_FRACTION, True)):
+    for fraction, done in ((0.98, False), (1 - checkpoints.LEAST_RATE_FRACTION, False),
+                           (0.995, True), (1.0, True)):
         pong_csv(folder, int(fraction * steps))
         assert atari_scoreboard.finished(folder, (18.0, 2.0), steps) == done
 
