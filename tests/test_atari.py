@@ -956,8 +956,8 @@ def test_the_scoreboard_refuses_a_damaged_episodes_csv_in_one_line_and_writes_no
     monkeypatch.setattr(atari_scoreboard.subprocess, "Popen", None)  # `run` must not train it
     out = tmp_path / "results"
     out.mkdir()
-    for what in (["report", "--out", str(out)], ["report", "--no-save"],
-                 ["run", "--games", PONG, "--out", str(out)]):
+    for what in (["report", "--out", str(out)], ["report", "--no-save", "--out", str(out)],
+                 ["run", "--games", PONG, "--out", str(out)]):  # (out: no kept row stands over it)
         with pytest.raises(SystemExit) as refusal:
             atari_scoreboard.main(what[:1] + ["--runs", str(tmp_path / "runs")] + what[1:])
         assert refusal.value.code == 2

@@ -172,7 +172,7 @@ def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path, monkeypatch):
     (round_lock,) = round_locks
     assert isinstance(round_lock, threading.Condition)
     assert len(locks) >= 2 and all(lock is round_lock for lock in locks)
-    assert "x 2 envs, synchronous updates (A2C)" in console.splitlines()[0]
+    assert "x 2 envs for 60 episodes, synchronous updates (A2C)" in console.splitlines()[0]
     rows = read_rows(summary["run_dir"])
     assert len(rows) == 61 and summary["episodes"] == 60
     assert not [t for t in threading.enumerate() if t.name.startswith("worker_")]
