@@ -219,12 +219,15 @@ def finished(folder: str, stop, max_steps: int = None) -> bool:
     """Whether a run reached its stop or trained max_steps agent steps (default: its own budget,
     if it has one in steps; the scoreboard counts its row's, budget()), or so nearly that its
     annealed rates are below LEAST_RATE_FRACTION: a3c.py would refuse to resume it."""
-    if max_steps is None:
-        max_steps = read_run(folder)[1].max_steps
     try:
-        annealed = read_run(folder)[1].anneal_lr
+        cfg = read_run(folder)[1]
     except UsageError:  # (a run that had not written its config: it trained nothing)
-        annealed = True
+        if max_steps is None:
+            raise
+        cfg = None
+    if max_steps is None:
+        max_steps = cfg.max_steps
+    annealed = cfg is None or cfg.anneal_lr
     if max_steps is None:
         return stop_reached(folder, stop)
     frames, budget_frames = progress(folder)["frames"], max_steps * FRAME_SKIP
