@@ -401,16 +401,21 @@ def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(Config)]
 
 
-def unused_fields(cfg: Config, image: bool, discrete: bool) -> dict[str, str]:
+def unused_fields(cfg: Config, image: bool, discrete: bool,
+                  obs_bounded: bool = True) -> dict[str, str]:
     """The fields that change nothing in a run of cfg on an env with image (Atari) or flat
-    observations and discrete or continuous actions, each with why: a run says so of those set
-    by hand (they are kept in config.json all the same)."""
+    observations, discrete or continuous actions, and (obs_bounded) flat observations of which
+    some have finite bounds, each with why: a run says so of those set by hand (they are kept
+    in config.json all the same)."""
     shared = image or cfg.use_lstm
     why = {}
     if not image:
         why.update(dict.fromkeys(("cnn", "trunk_activation", "repeat_action_probability",
                                   "atari_threads", "terminal_on_life_loss"),
                                  "it is for Atari's image observations"))
+        if not obs_bounded:
+            why["scale_obs"] = ("it maps finite observation bounds, and this env's are all "
+                                "unbounded (normalize_obs is for those)")
     else:
         why["scale_obs"] = "Atari's frames are scaled to [0, 1] in the graph"
     if discrete:

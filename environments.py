@@ -42,6 +42,15 @@ class EnvSpec:
     def obs_dtype(self):
         return np.uint8 if self.image else np.float32
 
+    @property
+    def scalable_obs(self) -> np.ndarray:
+        """The flat observation dimensions scale_obs maps to [-1, 1]: those with finite bounds
+        (bounds past 1e6 stand for "unbounded": some envs write float32's largest number)."""
+        if self.obs_low is None:
+            return np.zeros(self.obs_dim, bool)
+        low, high = self.obs_low, self.obs_high
+        return (np.abs(low) < 1e6) & (np.abs(high) < 1e6) & (high > low)
+
 
 ATARI_PREFIX = "ALE/"  # gymnasium's ids of ale-py's Atari games: ALE/Pong-v5, ALE/Breakout-v5, ...
 
@@ -78,11 +87,11 @@ def unused_setting_warnings(env_id: str, cfg: Config, set_by_hand: dict) -> list
     CartPole, actor_lr under use_lstm): it is kept, and said so, as a user tuning it would
     otherwise wait a whole run to find out. The env is made only where one might be."""
     maybe = set(set_by_hand) & (set(config_module.unused_fields(cfg, True, True))
-                                | set(config_module.unused_fields(cfg, False, False)))
+                                | set(config_module.unused_fields(cfg, False, False, False)))
     if not maybe:
         return []
     spec = probe_spec(env_id, cfg)
-    unused = config_module.unused_fields(cfg, spec.image, spec.discrete)
+    unused = config_module.unused_fields(cfg, spec.image, spec.discrete, spec.scalable_obs.any())
     return [f"a3c.py: warning: --set {field} changes nothing in this run: {unused[field]}"
             for field in sorted(maybe & set(unused))]
 

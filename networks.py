@@ -23,14 +23,10 @@ def dense(x, size, name, activation=None, gain=np.sqrt(2), bias=0.0):
 def scaled_observations(obs, spec: EnvSpec, cfg: Config):
     """With scale_obs, every observation dimension with finite bounds mapped from [low, high] to
     [-1, 1] (the others pass as they are): done in the graph, so it costs the hot loop nothing."""
-    if not cfg.scale_obs or spec.obs_low is None:
+    finite = spec.scalable_obs
+    if not cfg.scale_obs or not finite.any():
         return obs
-    low, high = spec.obs_low, spec.obs_high
-    # bounds past 1e6 stand for "unbounded" (some envs write float32's largest number)
-    finite = (np.abs(low) < 1e6) & (np.abs(high) < 1e6) & (high > low)
-    if not finite.any():
-        return obs
-    low, high = np.where(finite, low, -1.0), np.where(finite, high, 1.0)  # the others: x as it is
+    low, high = np.where(finite, spec.obs_low, -1.0), np.where(finite, spec.obs_high, 1.0)  # the others: x as it is
     centre = ((high + low) / 2).astype(np.float32)
     inverse_half_range = (2 / (high - low)).astype(np.float32)
     return (obs - centre) * inverse_half_range

@@ -585,14 +585,14 @@ def graph_bytes(spec, cfg) -> bytes:
 
 @pytest.mark.parametrize("env_id, overrides", [
     ("CartPole-v1", {}), ("Pendulum-v1", {"use_lstm": True, "anneal_lr": False}),
-    ("Pendulum-v1", {"use_sde": False}), ("ALE/Pong-v5", {})])
+    ("Pendulum-v1", {"use_sde": False}), ("ALE/Pong-v5", {}), ("Hopper-v5", {})])
 def test_the_settings_a_run_warns_change_nothing_leave_its_graph_as_it_is(env_id, overrides):
     """What `--set` warns of as changing nothing (config.unused_fields) builds the same graph,
     all of them changed at once; the env and schedule settings among them act outside it
     (environments.py, runlog.py)."""
     cfg = dataclasses.replace(config_module.config_for(env_id), workers=1, **overrides)
     spec = environments.probe_spec(env_id, cfg)
-    unused = config_module.unused_fields(cfg, spec.image, spec.discrete)
+    unused = config_module.unused_fields(cfg, spec.image, spec.discrete, spec.scalable_obs.any())
     assert set(unused) <= set(OTHER_VALUE)
     same = graph_bytes(spec, cfg)
     changed = dataclasses.replace(cfg, **{field: OTHER_VALUE[field] for field in unused})
@@ -600,6 +600,16 @@ def test_the_settings_a_run_warns_change_nothing_leave_its_graph_as_it_is(env_id
     in_use = "shared_lr" if spec.image or cfg.use_lstm else "actor_lr"  # (the check can fail)
     assert in_use not in unused
     assert graph_bytes(spec, dataclasses.replace(cfg, **{in_use: OTHER_VALUE[in_use]})) != same
+
+
+def test_scale_obs_is_said_to_change_nothing_where_no_observation_has_finite_bounds():
+    """MuJoCo's observations are all unbounded, so scale_obs leaves them as they are; Pendulum's
+    are bounded, and it maps them."""
+    [note] = environments.unused_setting_warnings(
+        "Hopper-v5", config_module.config_for("Hopper-v5"), {"scale_obs": True})
+    assert "--set scale_obs changes nothing" in note and "unbounded" in note
+    assert environments.unused_setting_warnings(
+        "Pendulum-v1", config_module.config_for("Pendulum-v1"), {"scale_obs": True}) == []
 
 
 def test_a_run_warns_of_a_setting_that_changes_nothing_and_only_of_those():
