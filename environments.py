@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 import re
 import warnings
 
@@ -232,6 +233,12 @@ def quiet_mujoco_warnings() -> None:
         import mujoco
     except ImportError:  # gym.make says what to install
         return
+    except Exception as exc:  # mujoco loads the OpenGL backend MUJOCO_GL names as it is imported
+        chosen = os.environ.get("MUJOCO_GL")
+        fix = (f"MUJOCO_GL={chosen} names an OpenGL backend this machine cannot load: unset it "
+               f"(training draws nothing; --record picks EGL itself) or set it to egl"
+               if chosen else "reinstall it with pip install -r requirements.txt")
+        raise UsageError(f"cannot load MuJoCo ({first_line(exc)}); {fix}") from None
 
     def warn(message: str) -> None:
         if not message.startswith(MUJOCO_NOISE):

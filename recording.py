@@ -106,7 +106,15 @@ class Drawing:
                              f"it offers render modes {modes}, not {render_mode}")
         try:  # one frame first
             if self.replays:
-                draw_in_child(env_id, cfg.max_episode_steps, render_mode, display)
+                try:
+                    draw_in_child(env_id, cfg.max_episode_steps, render_mode, display)
+                except RuntimeError:
+                    # a DISPLAY that names no X server that opens (a dropped ssh -X, a stale
+                    # tmux): a recording draws offscreen with EGL just as well
+                    if not (display and render_mode == "rgb_array" and not os.environ.get("MUJOCO_GL")):
+                        raise
+                    self.display = False
+                    draw_in_child(env_id, cfg.max_episode_steps, render_mode, self.display)
             else:
                 self.env = GymEnvs(env_id, cfg, 1, render_mode=render_mode)
                 self.env.reset([0])
@@ -114,8 +122,19 @@ class Drawing:
         except Exception as exc:  # pygame's, MuJoCo's missing OpenGL (several types), the child's
             if self.env is not None:
                 self.env.close()
-            hint = (" (MuJoCo draws through OpenGL, which needs a display or EGL: apt install "
-                    "libegl1)" if self.replays else "")
+            if not self.replays:
+                hint = ""
+            elif render_mode == "human":
+                hint = (f" (a window needs a display that opens: is the one DISPLAY names, "
+                        f"{os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')!r}, "
+                        f"there? --record draws without one)")
+            elif os.environ.get("MUJOCO_GL"):
+                hint = (f" (MuJoCo draws through the OpenGL that MUJOCO_GL names, here "
+                        f"{os.environ['MUJOCO_GL']!r}: unset it, and --record draws with EGL "
+                        f"where no display opens)")
+            else:
+                hint = (" (MuJoCo draws through OpenGL, which needs a display or EGL: apt install "
+                        "libegl1)")
             raise UsageError(f"{env_id} cannot draw its frames here: {first_line(exc)}{hint}") from None
 
     def replay(self, first_seed: int, actions: list, gif_path: str = None) -> list:

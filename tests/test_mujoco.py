@@ -5,6 +5,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from graphs import build_session
 from test_training import assert_refused, refused, train
 
 import mujoco_vs_sb3
+from conftest import ROOT
 
 CHEETAH = "HalfCheetah-v5"
 # short episodes (a full one is 1,000 steps), so that a short run has a mean-100 and a best agent
@@ -200,12 +203,16 @@ def test_making_mujoco_envs_writes_no_log_file_and_no_deprecation_warnings(tmp_p
     assert "settotalmass" not in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("display", [None, ":4093"])
 def test_eval_records_a_gif_of_a_mujoco_agent_on_a_machine_without_a_display(cheetah_run,
-                                                                            monkeypatch):
-    """MuJoCo draws through OpenGL: with no display --record picks EGL by itself."""
+                                                                            monkeypatch, display):
+    """MuJoCo draws through OpenGL: with no display --record picks EGL by itself, and also where
+    DISPLAY names an X server that is not there (a dropped ssh -X session)."""
     for name in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL"):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)  # (set first, so that the test's end restores what was there)
+    if display:
+        monkeypatch.setenv("DISPLAY", display)
     out = io.StringIO()
     result = a3c.evaluate(cheetah_run, episodes=1, record=True, checkpoint="latest", out=out)
     assert result["replayed_returns"] == result["returns"], "the GIF shows the episode played"
@@ -221,6 +228,19 @@ def test_eval_records_a_gif_of_a_mujoco_agent_on_a_machine_without_a_display(che
             shown_ms += gif.info["duration"]
     # every step of the episode (max_episode_steps) at the env's pace: 20 a second (render_fps)
     assert shown_ms == 100 * 50
+
+
+def test_a_mujoco_gl_that_cannot_load_is_refused_in_one_line_before_any_env_is_made():
+    """mujoco loads the OpenGL backend MUJOCO_GL names as it is imported, training or not: a
+    fresh process, as this one has imported mujoco already."""
+    code = ("import config, environments\n"
+            "try:\n    environments.make_envs('Hopper-v5', config.Config(), 1)\n"
+            "except environments.UsageError as exc:\n    print(exc)\n    raise SystemExit(2)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "MUJOCO_GL": "no-such-backend"}, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    [said] = done.stdout.splitlines()
+    assert "cannot load MuJoCo" in said and "MUJOCO_GL=no-such-backend" in said and "unset it" in said
 
 
 def test_eval_that_cannot_draw_mujoco_frames_says_so_in_one_line(cheetah_run, monkeypatch, capsys):
