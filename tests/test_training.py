@@ -373,6 +373,8 @@ def test_cli_refuses_unsupported_spaces_naming_env_and_space(env_id, words, caps
     (["--set", "entropy_beta=nan"], ["entropy_beta must be a finite number"]),
     (["--set", "reward_shift=nan"], ["reward_shift must be a finite number"]),
     (["--set", "initial_sigma=nan"], ["initial_sigma must be a finite number"]),
+    (["--set", "sigma_floor=1e-50"], ["sigma_floor must be 0 or of a size float32 holds"]),
+    (["--set", "reward_scale=1e40"], ["reward_scale must be 0 or of a size float32 holds"]),
     (["--set", "final_sigma_scale=0"], ["final_sigma_scale must be in (0, 1]"]),
     (["--set", "hidden_activation=elu"], ["hidden_activation must be relu or tanh"]),
     (["--set", "final_sigma_scale=1.5"], ["final_sigma_scale must be in (0, 1]"]),
