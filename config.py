@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 
-FLOAT32_TINY, FLOAT32_MAX = 1.1754944e-38, 3.4028235e38  # float32's smallest normal, largest
+# float32's smallest normal number and its largest (np.finfo(np.float32)), without numpy
+FLOAT32_TINY, FLOAT32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
 
 
 @dataclass
@@ -192,9 +193,10 @@ class Config:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{field.name} must be a finite number, got {value}")
             # the graphs compute in float32: 1e-50 would be 0 there (a floor of 0, a clip to 0)
-            if isinstance(value, float) and value != 0 and not FLOAT32_TINY <= abs(value) <= FLOAT32_MAX:
-                raise ValueError(f"{field.name} must be 0 or of a size float32 holds ({FLOAT32_TINY:.2g} "
-                                 f"to {FLOAT32_MAX:.2g}), got {value}")
+            if isinstance(value, float) and value != 0 and not (
+                    FLOAT32_TINY <= abs(value) <= FLOAT32_MAX):
+                raise ValueError(f"{field.name} must be of a size float32 holds "
+                                 f"({FLOAT32_TINY:.2g} to {FLOAT32_MAX:.2g}), got {value}")
         if not 0 <= self.seed < 2 ** 32:
             raise ValueError(f"seed must be in [0, 2**32 - 1], got {self.seed}")
         positive_ints = ("workers", "envs_per_worker", "n_steps", "keep_checkpoints", "atari_threads",

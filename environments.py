@@ -236,7 +236,8 @@ def quiet_mujoco_warnings() -> None:
     except Exception as exc:  # mujoco loads the OpenGL backend MUJOCO_GL names as it is imported
         chosen = os.environ.get("MUJOCO_GL")
         fix = (f"MUJOCO_GL={chosen} names an OpenGL backend this machine cannot load: unset it "
-               f"(training draws nothing; --record picks EGL itself) or set it to egl"
+               f"(training draws nothing; --record picks EGL itself)"
+               f"{' or set it to egl' if chosen != 'egl' else ''}"
                if chosen else "reinstall it with pip install -r requirements.txt")
         raise UsageError(f"cannot load MuJoCo ({first_line(exc)}); {fix}") from None
 

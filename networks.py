@@ -26,7 +26,8 @@ def scaled_observations(obs, spec: EnvSpec, cfg: Config):
     finite = spec.scalable_obs
     if not cfg.scale_obs or not finite.any():
         return obs
-    low, high = np.where(finite, spec.obs_low, -1.0), np.where(finite, spec.obs_high, 1.0)  # the others: x as it is
+    # the others pass as they are
+    low, high = np.where(finite, spec.obs_low, -1.0), np.where(finite, spec.obs_high, 1.0)
     centre = ((high + low) / 2).astype(np.float32)
     inverse_half_range = (2 / (high - low)).astype(np.float32)
     return (obs - centre) * inverse_half_range

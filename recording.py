@@ -111,7 +111,8 @@ class Drawing:
                 except RuntimeError:
                     # a DISPLAY that names no X server that opens (a dropped ssh -X, a stale
                     # tmux): a recording draws offscreen with EGL just as well
-                    if not (display and render_mode == "rgb_array" and not os.environ.get("MUJOCO_GL")):
+                    chosen_gl = os.environ.get("MUJOCO_GL")
+                    if not (display and render_mode == "rgb_array" and not chosen_gl):
                         raise
                     self.display = False
                     draw_in_child(env_id, cfg.max_episode_steps, render_mode, self.display)
@@ -170,8 +171,8 @@ class Drawing:
 def child_environment(display: bool) -> dict:
     """The drawing process's environment: EGL where there is no display."""
     environment = dict(os.environ)
-    if not display:
-        environment.setdefault("MUJOCO_GL", "egl")
+    if not display and not environment.get("MUJOCO_GL"):  # (an empty MUJOCO_GL: as if unset)
+        environment["MUJOCO_GL"] = "egl"
     return environment
 
 
