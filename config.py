@@ -423,8 +423,8 @@ def unused_fields(cfg: Config, image: bool, discrete: bool,
                                   "atari_threads", "terminal_on_life_loss"),
                                  "it is for Atari's image observations"))
         if not obs_bounded:
-            why["scale_obs"] = ("it maps finite observation bounds, and this env's are all "
-                                "unbounded (normalize_obs is for those)")
+            why["scale_obs"] = ("it maps finite observation bounds, and this env's observations "
+                                "have none (normalize_obs is for unbounded ones)")
     else:
         why["scale_obs"] = "Atari's frames are scaled to [0, 1] in the graph"
     if discrete:

@@ -171,7 +171,11 @@ class Drawing:
 def child_environment(display: bool) -> dict:
     """The drawing process's environment: EGL where there is no display."""
     environment = dict(os.environ)
-    if not display and not environment.get("MUJOCO_GL"):  # (an empty MUJOCO_GL: as if unset)
+    # MuJoCo reads MUJOCO_GL in any case, gymnasium's viewer only in lower case ("EGL" fails)
+    chosen = environment.get("MUJOCO_GL", "").strip().lower()
+    if chosen:
+        environment["MUJOCO_GL"] = chosen
+    elif not display:  # (an empty MUJOCO_GL: as if unset)
         environment["MUJOCO_GL"] = "egl"
     return environment
 

@@ -230,6 +230,21 @@ def test_eval_records_a_gif_of_a_mujoco_agent_on_a_machine_without_a_display(che
     assert shown_ms == 100 * 50
 
 
+@pytest.mark.parametrize("chosen, display, drawn_with", [
+    (None, False, "egl"), ("", False, "egl"), (" EGL", True, "egl"), ("glfw", False, "glfw"),
+    (None, True, None)])
+def test_the_drawing_process_gets_egl_without_a_display_and_mujoco_gl_in_lower_case(
+        chosen, display, drawn_with, monkeypatch):
+    """gymnasium's MuJoCo viewer compares MUJOCO_GL in lower case (MuJoCo itself takes "EGL")."""
+    from recording import child_environment
+    monkeypatch.setenv("MUJOCO_GL", "")
+    if chosen is None:
+        monkeypatch.delenv("MUJOCO_GL")
+    else:
+        monkeypatch.setenv("MUJOCO_GL", chosen)
+    assert child_environment(display).get("MUJOCO_GL") == drawn_with
+
+
 def test_a_mujoco_gl_that_cannot_load_is_refused_in_one_line_before_any_env_is_made():
     """mujoco loads the OpenGL backend MUJOCO_GL names as it is imported, training or not: a
     fresh process, as this one has imported mujoco already."""
