@@ -333,7 +333,7 @@ PRESETS: dict[str, dict] = {
        for name in ("Hopper", "Walker2d") for version in (4, 5)},
     # tuned on seeds 12-17: n_steps 5 took the median eval of the best from 2,659 to 3,942, and
     # the seeds at or above 3,041 (rl-zoo's A2C) from 2 of 6 to 4 (one run each; run again,
-    # 12-17 gave 3 of 6, and 12-47 40 of 62 runs: runs of one seed differ; docs/config.md)
+    # 12-17 gave 3 of 6, and 12-47 45 of 74 runs: runs of one seed differ; docs/config.md)
     **{f"HalfCheetah-v{version}": dict(MUJOCO, n_steps=5) for version in (4, 5)},
 }
 
