@@ -111,8 +111,7 @@ class Drawing:
                 except RuntimeError:
                     # a DISPLAY that names no X server that opens (a dropped ssh -X, a stale
                     # tmux): a recording draws offscreen with EGL just as well
-                    chosen_gl = os.environ.get("MUJOCO_GL")
-                    if not (display and render_mode == "rgb_array" and not chosen_gl):
+                    if not (display and render_mode == "rgb_array" and not chosen_mujoco_gl()):
                         raise
                     self.display = False
                     draw_in_child(env_id, cfg.max_episode_steps, render_mode, self.display)
@@ -129,9 +128,9 @@ class Drawing:
                 hint = (f" (a window needs a display that opens: is the one DISPLAY names, "
                         f"{os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')!r}, "
                         f"there? --record draws without one)")
-            elif os.environ.get("MUJOCO_GL"):
+            elif chosen_mujoco_gl():
                 hint = (f" (MuJoCo draws through the OpenGL that MUJOCO_GL names, here "
-                        f"{os.environ['MUJOCO_GL']!r}: unset it, and --record draws with EGL "
+                        f"{chosen_mujoco_gl()!r}: unset it, and --record draws with EGL "
                         f"where no display opens)")
             else:
                 hint = (" (MuJoCo draws through OpenGL, which needs a display or EGL: apt install "
@@ -168,11 +167,16 @@ class Drawing:
         return dict(replayed_returns=replayed, **({"animation": gif_path} if gif_path else {}))
 
 
+def chosen_mujoco_gl() -> str:
+    """The OpenGL backend the user's MUJOCO_GL names, in lower case ("": none; an empty one is as
+    if unset). MuJoCo reads it in any case, gymnasium's viewer only in lower case ("EGL" fails)."""
+    return os.environ.get("MUJOCO_GL", "").strip().lower()
+
+
 def child_environment(display: bool) -> dict:
     """The drawing process's environment: EGL where there is no display."""
     environment = dict(os.environ)
-    # MuJoCo reads MUJOCO_GL in any case, gymnasium's viewer only in lower case ("EGL" fails)
-    chosen = environment.get("MUJOCO_GL", "").strip().lower()
+    chosen = chosen_mujoco_gl()
     if chosen:
         environment["MUJOCO_GL"] = chosen
     elif not display:  # (an empty MUJOCO_GL: as if unset)
