@@ -110,9 +110,12 @@ class Drawing:
                     draw_in_child(env_id, cfg.max_episode_steps, render_mode, display)
                 except RuntimeError:
                     # a DISPLAY that names no X server that opens (a dropped ssh -X, a stale
-                    # tmux): a recording draws offscreen with EGL just as well
+                    # tmux): a recording draws offscreen with EGL just as well (MuJoCo's reason
+                    # names no display, so it is not repeated)
                     if not (display and render_mode == "rgb_array" and not chosen_mujoco_gl()):
                         raise
+                    warn(f"the display ({named_display()!r}) did not open: recording offscreen "
+                         f"with EGL")
                     self.display = False
                     draw_in_child(env_id, cfg.max_episode_steps, render_mode, self.display)
             else:
@@ -125,9 +128,8 @@ class Drawing:
             if not self.replays:
                 hint = ""
             elif render_mode == "human":
-                hint = (f" (a window needs a display that opens: is the one DISPLAY names, "
-                        f"{os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')!r}, "
-                        f"there? --record draws without one)")
+                hint = (f" (a window needs a display that opens: is the one named, "
+                        f"{named_display()!r}, there? --record draws without one)")
             elif chosen_mujoco_gl():
                 hint = (f" (MuJoCo draws through the OpenGL that MUJOCO_GL names, here "
                         f"{chosen_mujoco_gl()!r}: unset it, and --record draws with EGL "
@@ -165,6 +167,11 @@ class Drawing:
             warn(f"the episodes drawn again scored {replayed}, not {returns[:len(replayed)]}: "
                  f"the pictures may not be the games played")
         return dict(replayed_returns=replayed, **({"animation": gif_path} if gif_path else {}))
+
+
+def named_display() -> str:
+    """The display the environment names (X's, else Wayland's; "" for none)."""
+    return os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or ""
 
 
 def chosen_mujoco_gl() -> str:

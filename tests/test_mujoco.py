@@ -205,7 +205,8 @@ def test_making_mujoco_envs_writes_no_log_file_and_no_deprecation_warnings(tmp_p
 
 @pytest.mark.parametrize("display", [None, ":4093"])
 def test_eval_records_a_gif_of_a_mujoco_agent_on_a_machine_without_a_display(cheetah_run,
-                                                                            monkeypatch, display):
+                                                                            monkeypatch, capsys,
+                                                                            display):
     """MuJoCo draws through OpenGL: with no display --record picks EGL by itself, and also where
     DISPLAY names an X server that is not there (a dropped ssh -X session)."""
     for name in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL"):
@@ -228,6 +229,8 @@ def test_eval_records_a_gif_of_a_mujoco_agent_on_a_machine_without_a_display(che
             shown_ms += gif.info["duration"]
     # every step of the episode (max_episode_steps) at the env's pace: 20 a second (render_fps)
     assert shown_ms == 100 * 50
+    warned = capsys.readouterr().err  # a display skipped is said, not silent
+    assert (f"the display ({display!r}) did not open" in warned) == bool(display)
 
 
 @pytest.mark.parametrize("chosen, display, drawn_with", [
