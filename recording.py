@@ -111,10 +111,10 @@ class Drawing:
                 except RuntimeError:
                     # a DISPLAY that names no X server that opens (a dropped ssh -X, a stale
                     # tmux): a recording draws offscreen with EGL just as well (MuJoCo's reason
-                    # names no display, so it is not repeated)
+                    # is about OpenGL contexts, not displays, so it is not repeated)
                     if not (display and render_mode == "rgb_array" and not chosen_mujoco_gl()):
                         raise
-                    warn(f"the display ({named_display()!r}) did not open: recording offscreen "
+                    warn(f"drawing on the display {named_display()!r} failed: recording offscreen "
                          f"with EGL")
                     self.display = False
                     draw_in_child(env_id, cfg.max_episode_steps, render_mode, self.display)
