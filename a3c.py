@@ -1143,14 +1143,13 @@ def resume_config(args, cluster_shape: dict = None) -> tuple[str, Config]:
     if trained_on != cluster_shape:
         raise UsageError(f"{args.resume} was trained {describe_shape(trained_on)}; resume it "
                          f"the same way (it is being resumed {describe_shape(cluster_shape)})")
-    changed = [flag for flag, given, own in (("--env", args.env, env_id),
-                                             ("--workers", args.workers, saved.workers),
-                                             ("--seed", args.seed, saved.seed))
-               if given is not None and given != own]
-    if changed:
+    changed = [f"{flag} {own}, not {given}" for flag, given, own in (
+        ("--env", args.env, env_id), ("--workers", args.workers, saved.workers),
+        ("--seed", args.seed, saved.seed)) if given is not None and given != own]
+    if changed:  # (the run's own values: a preset's may not be what the user thinks it is)
         raise UsageError(f"--resume continues a run with its own --env, --workers and --seed "
-                         f"({', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'}); "
-                         f"start a new run to change them")
+                         f"(the run has {'; '.join(changed)}); leave them out, or start a new "
+                         f"run to change them")
     # what the command line sets to the run's own value changes nothing (the original command)
     overrides = {field: value for field, value in overrides_from_args(args).items()
                  if value != getattr(saved, field)}

@@ -404,9 +404,12 @@ def test_resume_continues_the_counters_the_csv_and_the_plot(tmp_path, capsys):
     (["--max-episodes", "100000"], ["12,000 env steps", "raise --max-steps"]),  # not the raised one
     (["--max-episodes", "99", "--set", "gamma=0.5"], ["cannot change gamma"]),
     (["--max-episodes", "99", "--set", "hidden_activation=relu"], ["cannot change hidden_activation"]),
-    (["--max-episodes", "99", "--workers", "3"], ["its own --env, --workers and --seed"]),
-    (["--max-episodes", "99", "--env", "Pendulum-v1"], ["its own --env", "(--env differs)"]),
-    (["--max-episodes", "99", "--env", "Pendulum-v1", "--seed", "9"], ["(--env, --seed differ)"]),
+    (["--max-episodes", "99", "--workers", "3"], ["its own --env, --workers and --seed",
+                                                  "(the run has --workers 2, not 3)"]),
+    (["--max-episodes", "99", "--env", "Pendulum-v1"], ["(the run has --env CartPole-v1, not "
+                                                       "Pendulum-v1)"]),
+    (["--max-episodes", "99", "--env", "Pendulum-v1", "--seed", "9"],
+     ["(the run has --env CartPole-v1, not Pendulum-v1; --seed 1, not 9)"]),
     (["--eval", "."], ["--eval plays RUN_DIR's agent", "--resume is for training"]),
 ])
 def test_resume_refuses_what_would_change_the_run_and_writes_nothing(argv, words, trained_run,
