@@ -32,6 +32,7 @@ CHECKPOINT_FOLDER = "checkpoints"
 ENV_ID_VARIABLE = "run/env_id"
 
 ENV_STEPS_VARIABLE = "run/env_steps"
+WALL_VARIABLE = "run/wall_s"  # the run's training seconds at the save (absent before 2026-12-05)
 
 
 class Checkpoints:
@@ -53,6 +54,11 @@ class Checkpoints:
                                          trainable=False)
         self.steps_in = v1.placeholder(tf.int64, [], "run/env_steps_in")
         self.set_steps = self.env_steps.assign(self.steps_in)
+        # a resumed run's clock goes on from here: episodes.csv's last row may be well before it
+        self.wall_s = v1.get_variable(WALL_VARIABLE, [], tf.float64, v1.zeros_initializer(),
+                                      trainable=False)
+        self.wall_in = v1.placeholder(tf.float64, [], "run/wall_s_in")
+        self.set_wall = self.wall_s.assign(self.wall_in)
         shared = [v for v in v1.global_variables() if not v.op.name.startswith("worker_")]
         # relative paths in the index: a run folder that is moved reads its own files
         self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints,
@@ -62,24 +68,25 @@ class Checkpoints:
         self.before_save = before_save
         self.save_lock = threading.RLock() if save_lock is None else save_lock
 
-    def save(self, sess, env_steps: int) -> None:
+    def save(self, sess, env_steps: int, wall_s: float) -> None:
         with self.save_lock:
             if self.before_save is not None:
                 self.before_save(sess)
-            sess.run(self.set_steps, {self.steps_in: env_steps})
+            sess.run([self.set_steps, self.set_wall], {self.steps_in: env_steps, self.wall_in: wall_s})
             self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps,
                             write_meta_graph=False)  # nothing reads it; it is ~1 MB and GIL-bound
 
-    def restore(self, sess) -> int:
-        """Restore the latest checkpoint; returns its env step count."""
+    def restore(self, sess) -> tuple[int, float]:
+        """Restore the latest checkpoint; returns its env step count and training seconds (0 for
+        a checkpoint written before they were saved)."""
         checkpoint = latest_checkpoint(self.folder)
         missing = restore_checkpoint(sess, self.saver, checkpoint, self.shared, self.env_id,
-                                     optional=self.slots)
-        if missing:
+                                     optional=[*self.slots, self.wall_s])
+        if set(missing) - {WALL_VARIABLE}:
             warn(f"{checkpoint} holds no RMSProp averages (written before they were saved): "
                  f"the optimisers start theirs afresh")
         adopt_checkpoints(self.saver, self.folder)  # so that keep_checkpoints counts them too
-        return int(sess.run(self.env_steps))
+        return int(sess.run(self.env_steps)), float(sess.run(self.wall_s))
 
 
 def adopt_checkpoints(saver, folder: str) -> None:
@@ -318,7 +325,8 @@ def checkpoint_note(run_dir: str) -> str:
 LEAST_RATE_FRACTION = 0.01
 
 
-def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int) -> RunHistory:
+def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int,
+                 checkpoint_wall_s: float = 0.0) -> RunHistory:
     """Where a run resumed from a checkpoint of checkpoint_steps env steps goes on: its
     episodes, its env step count (the checkpoint's, or further if the CSV recorded episodes
     after it), and where its learning rates go on from. UsageError if its budget is spent, or
@@ -367,11 +375,11 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
                          f"folder first)")
     return RunHistory(rows, env_steps, AnnealStart(reached, used),
                       earlier_reached if reached > earlier_reached + 1e-9 else None,
-                      env_steps - checkpoint_steps)
+                      env_steps - checkpoint_steps, checkpoint_wall_s)
 
 
 def resume_history(sess, checkpoints: "Checkpoints", run_dir: str, cfg: Config,
                    earlier: dict) -> RunHistory:
     """Restore the run's latest checkpoint into sess and say where training continues from
     (resume_point)."""
-    return resume_point(run_dir, cfg, earlier, checkpoints.restore(sess))
+    return resume_point(run_dir, cfg, earlier, *checkpoints.restore(sess))

@@ -98,6 +98,7 @@ class RunHistory(typing.NamedTuple):
     anneal_start: AnnealStart  # where its learning rates continue from
     reached: float = None      # the fraction its earlier schedule had reached (None: the same)
     lost_steps: int = 0        # env steps its CSV counts past the checkpoint restored (a kill -9)
+    wall_s: float = 0.0        # its training seconds when that checkpoint was saved
 
 
 class EpisodeLog:
@@ -139,7 +140,7 @@ class EpisodeLog:
         self.lr_fraction_now = self.anneal_start.lr_fraction
         self.episodes = len(rows["episode"])
         self.finished_steps = int(rows["length"].sum())
-        self.wall_before = float(rows["wall_s"][-1]) if self.episodes else 0.0
+        self.wall_before = max(history.wall_s, float(rows["wall_s"][-1]) if self.episodes else 0.0)
         self.recent_returns.extend(rows["return"][-RUNNING_WINDOW:])
         if self.episodes >= RUNNING_WINDOW:
             best = int(np.argmax(rows["running_return"][RUNNING_WINDOW - 1:])) + RUNNING_WINDOW - 1

@@ -142,7 +142,10 @@ def test_eval_plays_exactly_the_policy_stored_in_the_checkpoint(trained_run):
         result["checkpoint"], checkpoints.read_run(trained_run)[1].hidden_activation, 3)
 
 
-def test_a_restore_brings_back_the_global_net_its_rmsprop_slots_and_the_step_count(trained_run):
+def test_a_restore_brings_back_the_global_net_its_rmsprop_slots_and_the_step_count(
+        trained_run_and_console):
+    summary = trained_run_and_console[0]
+    trained_run = summary["run_dir"]
     env_id, cfg = checkpoints.read_run(trained_run)
     spec = environments.env_spec(environments.make_env(env_id, cfg), env_id)
     graph = sessions.tf.Graph()
@@ -158,7 +161,10 @@ def test_a_restore_brings_back_the_global_net_its_rmsprop_slots_and_the_step_cou
     params = [name for name in names if name.startswith("global/") and name not in slots]
     assert len(params) == 8 and len(slots) == 2 * len(params), names  # mean square, momentum
     fresh = dict(zip(names, sess.run(saved.shared)))
-    assert saved.restore(sess) == int(latest.rsplit("-", 1)[1])
+    steps, wall_s = saved.restore(sess)
+    assert steps == int(latest.rsplit("-", 1)[1])
+    # the final checkpoint holds the run's clock as it stopped, where a resume goes on from
+    assert wall_s == pytest.approx(summary["wall_s"])
     restored = dict(zip(names, sess.run(saved.shared)))
     sess.close()
     best.close()

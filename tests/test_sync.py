@@ -159,9 +159,9 @@ def test_a_sync_run_ends_at_its_budget_with_every_output(tmp_path, monkeypatch):
         locks.append(best.copy_lock)
         prepare(best, sess)
 
-    def save_and_record(checkpoints, sess, env_steps):
+    def save_and_record(checkpoints, sess, *args):
         locks.append(checkpoints.save_lock)
-        save(checkpoints, sess, env_steps)
+        save(checkpoints, sess, *args)
 
     monkeypatch.setattr(a3c.UpdateRound, "__init__", make_round_and_record)
     monkeypatch.setattr(best_agent.BestCheckpoint, "prepare", prepare_and_record)

@@ -618,6 +618,21 @@ def test_a_resumed_run_anneals_on_from_the_rate_it_reached(tmp_path):
                                rtol=1e-6)
 
 
+def test_a_resumed_run_s_clock_goes_on_from_its_checkpoint_not_its_last_episode(tmp_path):
+    """Time a run trained after its last finished episode counts: the checkpoint keeps it."""
+    import tensorflow as tf
+    rows = {"episode": np.arange(1, 11), "length": np.full(10, 200),
+            "env_steps": np.arange(1, 11) * 200, "wall_s": np.arange(1, 11) * 0.1,
+            "return": np.full(10, -150.0), "running_return": np.full(10, -150.0)}
+    writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
+    for checkpoint_wall_s, at_least in ((60.0, 60.0), (0.0, 1.0)):  # 0: a checkpoint without it
+        history = runlog.RunHistory(rows, 2_500, runlog.AnnealStart(), wall_s=checkpoint_wall_s)
+        log = runlog.EpisodeLog(str(tmp_path), Config(), writer, history)
+        assert at_least <= log.wall() < at_least + 30
+        log.close()
+    writer.close()
+
+
 def test_budget_used_follows_whichever_limit_is_nearer(tmp_path):
     import tensorflow as tf
     writer = tf.compat.v1.summary.FileWriter(str(tmp_path))
