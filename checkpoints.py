@@ -36,8 +36,8 @@ WALL_VARIABLE = "run/wall_s"  # the run's training seconds at the save (absent b
 
 
 class Checkpoints:
-    """Saves and restores the global net, its RMSProp slots and the run's env step counter
-    (the workers' own copies are pulled anew). Each save writes new files and only then swaps
+    """Saves and restores the global net, its RMSProp slots, the run's env step counter and its
+    seconds trained (the workers' own copies are pulled anew). Each save writes new files and only then swaps
     the "checkpoint" index file atomically, so a save cut short never leaves a broken latest.
     Built once the global net and its optimisers are in the graph: it saves what is there.
 

@@ -390,8 +390,12 @@ def test_a_non_finite_gradient_stops_training_and_the_checkpoint_stays_finite(tm
 def test_resume_continues_the_counters_the_csv_and_the_plot(tmp_path, capsys):
     summary, _ = train("CartPole-v1", tmp_path, max_episodes=40)
     run_dir = summary["run_dir"]
+    stopped = checkpoints.latest_checkpoint(os.path.join(run_dir, checkpoints.CHECKPOINT_FOLDER))
+    wall_at_stop = float(sessions.v1.train.load_variable(stopped, checkpoints.WALL_VARIABLE))
     assert a3c.main(["--resume", run_dir, "--max-episodes", "80", "--no-plot"]) == 0
     rows = read_rows(run_dir)[1:]
+    # the clock goes on from the checkpoint's, not from the last row before the stop
+    assert float(rows[40][3]) >= wall_at_stop > 0
     assert [int(r[1]) for r in rows] == list(range(1, 81))
     steps = [int(r[2]) for r in rows]
     walls = [float(r[3]) for r in rows]
@@ -967,7 +971,8 @@ def test_a_checkpoint_written_before_rmsprop_slots_were_saved_still_resumes(trai
     steps = int(latest.rsplit("-", 1)[1])
     with sessions.tf.Graph().as_default():  # the same checkpoint as an older version wrote it
         kept = [sessions.v1.Variable(sessions.v1.train.load_variable(latest, name), name=name)
-                for name, _ in sessions.v1.train.list_variables(latest) if "RMSProp" not in name]
+                for name, _ in sessions.v1.train.list_variables(latest)
+                if "RMSProp" not in name and name != checkpoints.WALL_VARIABLE]
         with sessions.v1.Session() as sess:
             sess.run(sessions.v1.global_variables_initializer())
             for old in glob.glob(os.path.join(folder, "*")):
