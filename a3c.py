@@ -843,7 +843,8 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
                 attempt("send the last episodes", remote.flush)
             attempt("collect the cluster's last episodes and global net", chief.finish, sess, log)
         final = log.progress()  # the workers have stopped: the clock stops too
-        attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps, final["wall_s"])
+        attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps,
+                final["wall_s"])
         if "best_trials" not in stuck:  # else it may still be playing: best/ stays as it is
             try:
                 attempt("try the last candidates for the best checkpoint", best.try_final,

@@ -37,8 +37,9 @@ WALL_VARIABLE = "run/wall_s"  # the run's training seconds at the save (absent b
 
 class Checkpoints:
     """Saves and restores the global net, its RMSProp slots, the run's env step counter and its
-    seconds trained (the workers' own copies are pulled anew). Each save writes new files and only then swaps
-    the "checkpoint" index file atomically, so a save cut short never leaves a broken latest.
+    seconds trained (the workers' own copies are pulled anew). Each save writes new files and
+    only then swaps the "checkpoint" index file atomically, so a save cut short never leaves a
+    broken latest.
     Built once the global net and its optimisers are in the graph: it saves what is there.
 
     save_lock: held by every save; --sync passes its rounds' lock (no save during an update),
@@ -72,7 +73,8 @@ class Checkpoints:
         with self.save_lock:
             if self.before_save is not None:
                 self.before_save(sess)
-            sess.run([self.set_steps, self.set_wall], {self.steps_in: env_steps, self.wall_in: wall_s})
+            sess.run([self.set_steps, self.set_wall],
+                     {self.steps_in: env_steps, self.wall_in: wall_s})
             self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps,
                             write_meta_graph=False)  # nothing reads it; it is ~1 MB and GIL-bound
 
@@ -86,7 +88,8 @@ class Checkpoints:
             warn(f"{checkpoint} holds no RMSProp averages (written before they were saved): "
                  f"the optimisers start theirs afresh")
         adopt_checkpoints(self.saver, self.folder)  # so that keep_checkpoints counts them too
-        return int(sess.run(self.env_steps)), float(sess.run(self.wall_s))
+        env_steps, wall_s = sess.run([self.env_steps, self.wall_s])
+        return int(env_steps), float(wall_s)
 
 
 def adopt_checkpoints(saver, folder: str) -> None:

@@ -18,7 +18,7 @@ CASES = [
     ("ALE/Pong-v5", False, "the ALE/Pong-v5 preset (config.py PRESETS)"),  # an entry of its own
     ("ALE/Boxing-v5", False, "the Atari preset (config.py ATARI)"),        # none: ATARI
     (UNKNOWN, False, f"no preset for {UNKNOWN}: Config's defaults"),
-    ("HalfCheetah-v5", False, "the HalfCheetah-v5 preset (config.py PRESETS)"),  # MUJOCO and its own
+    ("HalfCheetah-v5", False, "the HalfCheetah-v5 preset (config.py PRESETS)"),  # MUJOCO and more
     ("Swimmer-v4", False, "the MuJoCo preset (config.py MUJOCO)"),        # any MuJoCo env, any version
     ("Hopper-v5", False, "the Hopper-v5 preset (config.py PRESETS)"),     # MUJOCO and its own
     ("Walker2d-v4", False, "the Walker2d-v4 preset (config.py PRESETS)"),
@@ -109,16 +109,15 @@ def test_mujoco_presets_scale_the_rewards_of_the_walkers_only():
     """The values behind results/mujoco.md: reward_scale 0.1 for Hopper and Walker2d under -v4 and
     -v5 (it hurt HalfCheetah), n_steps 5 and 4 workers for HalfCheetah, 20 and 8 for the rest
     (docs/config.md)."""
+    def fields(env_id):
+        cfg = config.config_for(env_id)
+        return cfg.n_steps, cfg.reward_scale, cfg.normalize_obs, cfg.workers
+
     for env_id in ("Hopper-v4", "Hopper-v5", "Walker2d-v4", "Walker2d-v5"):
-        cfg = config.config_for(env_id)
-        assert (cfg.n_steps, cfg.reward_scale, cfg.normalize_obs, cfg.workers) == (20, 0.1, True, 8), \
-            env_id
+        assert fields(env_id) == (20, 0.1, True, 8), env_id
     for env_id in ("HalfCheetah-v4", "HalfCheetah-v5"):
-        cfg = config.config_for(env_id)
-        assert (cfg.n_steps, cfg.reward_scale, cfg.normalize_obs, cfg.workers) == (5, 1.0, True, 4), \
-            env_id
-    cfg = config.config_for("Ant-v5")
-    assert (cfg.n_steps, cfg.reward_scale, cfg.normalize_obs, cfg.workers) == (20, 1.0, True, 8)
+        assert fields(env_id) == (5, 1.0, True, 4), env_id
+    assert fields("Ant-v5") == (20, 1.0, True, 8)
 
 
 def test_the_lookup_hands_out_copies():
