@@ -63,8 +63,8 @@ from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, che
                          checkpoint_note, latest_checkpoint, new_run_dir, part_seed, read_run,
                          read_run_info, restore_checkpoint, resume_history, resume_point,
                          run_info, RunFolderLock, write_atomically)
-from best_agent import (EVAL_SEED, BestCheckpoint, GreedyPlayer, TrialSchedule, best_kept,
-                        pick_checkpoint, run_greedy_episodes)
+from best_agent import (EVAL_SEED, BestCheckpoint, GreedyPlayer, SampledPlayer, TrialSchedule,
+                        best_kept, pick_checkpoint, run_greedy_episodes)
 from recording import Drawing, save_animation
 from remote import (ChiefLink, ClusterLog, RemoteGlobal, follow_the_chief, run_to_join,
                     start_cluster_task)
@@ -962,9 +962,9 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
 
 
 def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: bool = False,
-             out=None, checkpoint: str = "best") -> dict:
+             out=None, checkpoint: str = "best", stochastic: bool = False) -> dict:
     """Run the deterministic policy (mean action / argmax) of a run's best checkpoint, or of
-    the one that `checkpoint` names (latest, or a path)."""
+    the one that `checkpoint` names (latest, or a path); stochastic: its sampled actions."""
     out = out or sys.stdout
     if render and record:  # a window's render mode gives no frames, a recording's no window
         raise UsageError("--render and --record do not go together: --render shows the "
@@ -986,6 +986,7 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         env = drawing.env
     replays = drawing is not None and drawing.replays
     graph = tf.Graph()
+    graph.seed = EVAL_SEED  # the sampled actions' draws: the same episodes on every --eval
     with graph.as_default():
         net = ACNet("global", spec, cfg)
         saver = v1.train.Saver(var_list=net.net_variables)
@@ -997,20 +998,22 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         env.close()
         raise
 
-    greedy = GreedyPlayer(sess, net, 1, spec.obs_dtype)
+    player = (SampledPlayer(sess, net, 1, spec.obs_dtype, cfg.n_steps, EVAL_SEED) if stochastic
+              else GreedyPlayer(sess, net, 1, spec.obs_dtype))
     actions = [] if replays else None
     try:
-        returns, frames = run_greedy_episodes(env, greedy, episodes, record and not replays,
+        returns, frames = run_greedy_episodes(env, player, episodes, record and not replays,
                                               actions=actions)
     except gym.error.DependencyNotInstalled as exc:
         raise UsageError(f"{env_id} cannot render: {exc}") from None
     finally:
         env.close()
         sess.close()
-    result = dict(env=env_id, checkpoint=checkpoint, returns=returns,
+    policy = "stochastic" if stochastic else "deterministic"
+    result = dict(env=env_id, checkpoint=checkpoint, policy=policy, returns=returns,
                   mean=float(np.mean(returns)), std=float(np.std(returns)))
     gif = os.path.join(run_dir, "episode.gif")
-    score = (f"{env_id}: deterministic policy of {played}, {checkpoint}: return "
+    score = (f"{env_id}: {policy} policy of {played}, {checkpoint}: return "
              f"{tenths(result['mean'])} ± {result['std']:.1f} over {counted(episodes, 'episode')}")
     if replays:  # MuJoCo: drawn in a process without TensorFlow (recording.py), which takes a
         print(score, file=out, flush=True)  # while: the score first
@@ -1054,14 +1057,16 @@ def parse_args(argv):
                         "checkpoint with its config; --max-episodes, --max-steps and --set of "
                         + ", ".join(RESUMABLE_FIELDS) + " may change")
     parser.add_argument("--eval", metavar="RUN_DIR", help="don't train: run the deterministic "
-                        "policy of RUN_DIR's best checkpoint (see --checkpoint) and print its "
-                        "mean return")
+                        "policy of RUN_DIR's best checkpoint (see --checkpoint, --stochastic) and "
+                        "print its mean return")
     parser.add_argument("--episodes", type=int, help="episodes for --eval (default 10)")
     parser.add_argument("--checkpoint", help="--eval: best (the default: the run's best agent), "
                         "latest, or a checkpoint's path")
     parser.add_argument("--render", action="store_true", help="--eval: show the environment's window")
     parser.add_argument("--record", action="store_true", help="--eval: write the first episode "
                         "as episode.gif into RUN_DIR")
+    parser.add_argument("--stochastic", action="store_true", help="--eval: sample the policy's "
+                        "actions, as training does (rl-zoo's Atari scores), not its deterministic one")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of config.py, e.g. --set actor_lr=3e-4 (repeatable)")
     parser.add_argument("--sync", dest="sync_updates", action="store_const", const=True,
@@ -1197,7 +1202,8 @@ def refuse_flags_of_the_other_mode(args) -> None:
                              f"training: drop {'it' if len(given) == 1 else 'them'}")
         return
     given = [flag for flag, value in (("--episodes", args.episodes), ("--render", args.render or None),
-                                      ("--record", args.record or None)) if value is not None]
+                                      ("--record", args.record or None),
+                                      ("--stochastic", args.stochastic or None)) if value is not None]
     if given:
         raise UsageError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --eval "
                          f"RUN_DIR, which plays a trained agent")
@@ -1246,7 +1252,7 @@ def main(argv=None, command_line: bool = False) -> int:
                                  "path, or leave it out for best")
             try:
                 evaluate(args.eval, episodes, args.render, args.record,
-                         checkpoint=args.checkpoint or "best")
+                         checkpoint=args.checkpoint or "best", stochastic=args.stochastic)
             except KeyboardInterrupt:
                 raise Interrupted("interrupted: evaluation stopped; nothing was written") from None
             return 0

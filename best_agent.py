@@ -1,6 +1,7 @@
 """The best agent: candidates copied from the global net when the mean-100 rises, tried by their
 deterministic policy (GreedyPlayer) on trial episodes of their own, and the best kept in
-checkpoints/best/; also --eval's episodes and --record's episode.gif."""
+checkpoints/best/; also --eval's episodes (GreedyPlayer, or SampledPlayer with --stochastic) and
+--record's episode.gif."""
 from __future__ import annotations
 
 import glob
@@ -280,11 +281,21 @@ class GreedyPlayer:
     state from call to call, start() zeroes them all and restart(k) env k's."""
 
     def __init__(self, sess, net, count: int, obs_dtype):
-        self.call = session_callable(sess, [net.policy.greedy_action, *net.state_out],
-                                     [net.obs, *net.state_in])
+        self.call = session_callable(sess, [self.action(net.policy), *net.state_out],
+                                     [net.obs, *net.state_in, *self.noise_feeds(net.policy)])
         self.state_shapes = [(count, part.shape[-1]) for part in net.state_in]
         self.obs_dtype = obs_dtype
         self.start()
+
+    @staticmethod
+    def action(policy):
+        return policy.greedy_action
+
+    def noise_feeds(self, policy) -> list:
+        return []
+
+    def noise(self) -> tuple:
+        return ()
 
     def start(self) -> None:
         self.state = tuple(np.zeros(shape, np.float32) for shape in self.state_shapes)
@@ -296,9 +307,41 @@ class GreedyPlayer:
                 part[k] = 0.0
 
     def __call__(self, obs):
-        actions, *state = self.call(np.asarray(obs, self.obs_dtype), *self.state)
+        actions, *state = self.call(np.asarray(obs, self.obs_dtype), *self.state, *self.noise())
         self.state = tuple(state)
         return actions
+
+
+class SampledPlayer(GreedyPlayer):
+    """The policy's sampled actions, as training plays them (--eval --stochastic; rl-zoo scores
+    its Atari agents so). With use_sde each env's noise matrix is drawn anew every noise_every
+    calls and at start(), as a training rollout of n_steps draws one; seed: those draws'."""
+
+    def __init__(self, sess, net, count: int, obs_dtype, noise_every: int, seed: int):
+        self.noise_every, self.rng = noise_every, np.random.default_rng(seed)
+        self.calls, self.matrix = 0, None
+        noise_in = net.policy.noise_in
+        self.noise_shape = None if noise_in is None else (count, *noise_in.shape[1:].as_list())
+        super().__init__(sess, net, count, obs_dtype)
+
+    @staticmethod
+    def action(policy):
+        return policy.env_action
+
+    def noise_feeds(self, policy) -> list:
+        return [] if policy.noise_in is None else [policy.noise_in]
+
+    def noise(self) -> tuple:
+        if self.noise_shape is None:
+            return ()
+        if self.calls % self.noise_every == 0:
+            self.matrix = self.rng.standard_normal(self.noise_shape, np.float32)
+        self.calls += 1
+        return (self.matrix,)
+
+    def start(self) -> None:
+        super().start()
+        self.calls = 0
 
 
 def best_score(info: dict) -> float:
@@ -405,7 +448,7 @@ def play_trial(envs, greedy: GreedyPlayer, obs_dtype, should_stop=lambda: False
 
 def run_greedy_episodes(env, greedy, episodes: int, record: bool,
                         first_seed: int = EVAL_SEED, actions: list = None) -> tuple[list, list]:
-    """Play `episodes` episodes with a GreedyPlayer in a batch of one env (GymEnvs or
+    """Play `episodes` episodes with a GreedyPlayer (or a SampledPlayer) in a batch of one env (GymEnvs or
     AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first episode's
     frames when recording. actions: a list that gets each episode's actions, as the env got
     them (for a replay that draws, recording.draw_in_child)."""

@@ -763,7 +763,8 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
             f"or {PONG_HOURS:g} hours if either comes first. Our scores are the mean of the "
             f"last 100 training games (mean-100) and the deterministic policy of the best "
             f"checkpoint over {EVAL_GAMES} games; the anchors are rl-baselines3-zoo's "
-            f"benchmark (its final model's evaluation) and CleanRL's PPO (its last training "
+            f"benchmark (its final model's evaluation, which samples the policy on Atari: "
+            f"`--eval RUN --stochastic` plays ours so) and CleanRL's PPO (its last training "
             f"games), both at 10M agent steps (40M frames). A row whose seed names a variant ran "
             f"the preset with these values changed: "
             + "; ".join(f"{name}: {', '.join(set_values(name))}" for name in VARIANTS if name)

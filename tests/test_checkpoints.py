@@ -15,6 +15,7 @@ from PIL import Image
 import a3c
 import best_agent
 import checkpoints
+import config
 import console
 import environments
 import runlog
@@ -112,6 +113,68 @@ def test_eval_plays_the_deterministic_policy_and_records_an_animation(trained_ru
     assert differs(best_agent.EVAL_SEED) < 1e-4 < differs(best_agent.EVAL_SEED + 1)  # (0 and 1.8e-3 here)
     again = a3c.evaluate(trained_run, episodes=3)
     assert again["returns"] == a3c.evaluate(trained_run, episodes=3)["returns"], "deterministic"
+
+
+def test_eval_stochastic_samples_the_policy_and_replays_the_same_draws(trained_run, capsys):
+    assert a3c.main(["--eval", trained_run, "--episodes", "4", "--stochastic"]) == 0
+    assert "stochastic policy of" in capsys.readouterr().out
+    sampled = a3c.evaluate(trained_run, episodes=4, stochastic=True)
+    assert sampled["policy"] == "stochastic" and a3c.evaluate(trained_run, 1)["policy"] == "deterministic"
+    assert sampled["returns"] == a3c.evaluate(trained_run, episodes=4, stochastic=True)["returns"]
+
+
+def player_of_a_new_net(env_id, **fields):
+    """(session, net, spec, env) of an untrained global net for env_id: its sigma or logits as
+    initialised, so that sampled actions spread."""
+    cfg = dataclasses_replace(config.config_for(env_id), **fields)
+    env = environments.make_envs(env_id, cfg, 1)
+    spec = environments.env_spec(env, env_id)
+    graph = sessions.tf.Graph()
+    graph.seed = 0
+    with graph.as_default():
+        net = a3c.ACNet("global", spec, cfg)
+        init = sessions.v1.global_variables_initializer()
+    sess = sessions.v1.Session(graph=graph)
+    sess.run(init)
+    return sess, net, spec, env
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_the_sampled_player_draws_actions_the_greedy_player_does_not(env_id):
+    sess, net, spec, env = player_of_a_new_net(env_id, use_sde=False)
+    obs = env.reset([0])
+    greedy = best_agent.GreedyPlayer(sess, net, 1, spec.obs_dtype)
+    sampled = best_agent.SampledPlayer(sess, net, 1, spec.obs_dtype, noise_every=5, seed=0)
+    greedy_actions = np.array([greedy(obs) for _ in range(50)])
+    sampled_actions = np.array([sampled(obs) for _ in range(50)])
+    sess.close()
+    env.close()
+    assert len(np.unique(greedy_actions)) == 1
+    assert len(np.unique(sampled_actions)) > 1
+    low, high = ((0, spec.n_actions - 1) if spec.action_low is None
+                 else (spec.action_low, spec.action_high))  # the env's actions, as it gets them
+    assert np.all(sampled_actions >= low) and np.all(sampled_actions <= high)
+
+
+def test_the_sampled_player_draws_gsde_noise_every_n_steps_and_at_each_start():
+    sess, net, spec, env = player_of_a_new_net("Pendulum-v1", use_sde=True)
+    obs = env.reset([0])
+    sampled = best_agent.SampledPlayer(sess, net, 1, spec.obs_dtype, noise_every=3, seed=0)
+    blocks, matrices = [], []
+    for _ in range(30):
+        block = [float(sampled(obs)[0, 0]) for _ in range(3)]
+        blocks.append(block)
+        matrices.append(sampled.matrix)
+    last = sampled.matrix
+    sampled.start()
+    sampled(obs)
+    sess.close()
+    env.close()
+    assert all(not np.array_equal(a, b) for a, b in zip(matrices, matrices[1:]))
+    assert not np.array_equal(sampled.matrix, last)
+    # one matrix, the same state: nearly the same action (the floor's noise alone); a new one moves it
+    within = np.median([max(block) - min(block) for block in blocks])
+    assert within < 0.1 < np.std([block[0] for block in blocks]) / 5
 
 
 def greedy_returns_from_the_checkpoint_by_hand(checkpoint, activation, episodes):

@@ -389,6 +389,7 @@ def test_cli_refuses_unsupported_spaces_naming_env_and_space(env_id, words, caps
     (["--sync", "--set", "scale_lr_with_workers=true"], ["scale_lr_with_workers", "sync_updates",
                                                           "drop one of the two"]),
     (["--episodes", "3"], ["--episodes goes with --eval"]),
+    (["--stochastic"], ["--stochastic goes with --eval"]),
     (["--eval", ".", "--set", "gamma=0.5", "--max-steps", "3"], ["--max-steps, --set, --results-dir are for training"]),
 ])
 def test_cli_refuses_bad_values_in_one_line(argv, words, capsys, tmp_path):
