@@ -1304,7 +1304,8 @@ def main(argv=None, command_line: bool = False) -> int:
                             cluster=cluster)
         else:  # first, which preset set what (an edited Config default it overrides shows), and
             # what was set by hand to no effect: once the env and config are known to work
-            preamble = [config_module.describe_preset(env_id, cfg.sync_updates)] + unused_notes
+            preamble = [config_module.describe_preset(env_id, cfg.sync_updates,
+                                                      overrides_from_args(args))] + unused_notes
             summary = train(env_id, cfg, args.results_dir or "results", show_plot=not args.no_plot,
                             cluster=cluster, preamble="\n".join(preamble))
     except (UsageError, cluster_module.ClusterError) as exc:  # the input, cluster files too

@@ -380,11 +380,16 @@ def config_for(env_id: str, sync: bool = False) -> Config:
     return dataclasses.replace(Config(), **preset_for(env_id, sync))
 
 
-def describe_preset(env_id: str, sync: bool = False) -> str:
+def describe_preset(env_id: str, sync: bool = False, given: dict = None) -> str:
     """The one line for a run to print first: the presets config_for applies to env_id and the
-    fields each sets, so that an edited Config default that a preset overrides shows at once."""
-    return "config: " + "; ".join(name + (f" sets {', '.join(fields)}" if fields else "")
-                                  for name, fields in _preset_layers(env_id, sync))
+    fields each sets, so that an edited Config default that a preset overrides shows at once;
+    given: {field: value} the command line sets, named at the end where a preset set another."""
+    layers, preset = _preset_layers(env_id, sync), preset_for(env_id, sync)
+    line = "config: " + "; ".join(name + (f" sets {', '.join(fields)}" if fields else "")
+                                  for name, fields in layers)
+    overridden = [name for name in field_names()
+                  if name in (given or {}) and name in preset and given[name] != preset[name]]
+    return line + (f" (the command line sets {', '.join(overridden)} instead)" if overridden else "")
 
 
 # What a run's config.json written before a field existed meant by its absence, where that

@@ -90,6 +90,18 @@ def test_sync_on_top_of_an_env_preset_wins_where_both_set_a_field():
     assert config.config_for("CartPole-v1").actor_lr == config.PRESETS["CartPole-v1"]["actor_lr"]
 
 
+def test_the_line_ends_with_the_preset_fields_the_command_line_sets_otherwise():
+    preset = config.preset_for("HalfCheetah-v5")
+    line = config.describe_preset("HalfCheetah-v5", given={
+        "workers": 8, "n_steps": preset["n_steps"], "gamma": 0.98, "max_steps": 5_000})
+    assert line == config.describe_preset("HalfCheetah-v5") + (
+        " (the command line sets workers, max_steps instead)"), "not n_steps (the same), not gamma"
+    assert config.describe_preset("HalfCheetah-v5", given={"gamma": 0.98}) == \
+        config.describe_preset("HalfCheetah-v5")
+    # --sync's own field, given by the flag, is no override of the SYNC_PRESETS that set it
+    assert "command line" not in config.describe_preset("CartPole-v1", True, {"sync_updates": True})
+
+
 def test_an_edited_default_that_a_preset_overrides_is_named():
     # the line's purpose: a user who changes Config.clip_norm sees that Pendulum's preset sets it
     assert "clip_norm" in config.describe_preset("Pendulum-v1")

@@ -497,7 +497,8 @@ def test_cli_runs_a_job_and_a_worker_error_exits_non_zero(capsys, tmp_path):
     # the run's first line names the preset and the fields it set, so an edited default that
     # the preset overrides (CartPole's n_steps) shows at once; then what was set to no effect
     first, second, third = capsys.readouterr().out.splitlines()[:3]
-    assert first == config_module.describe_preset("CartPole-v1") and "n_steps" in first
+    assert first == config_module.describe_preset("CartPole-v1") + (
+        " (the command line sets max_episodes instead)") and "n_steps" in first
     assert second.startswith("a3c.py: warning: --set cnn changes nothing in this run")
     assert third.startswith("training CartPole-v1 with 2 workers x 2 envs for 4 episodes;"), third
     (run_dir,) = glob.glob(os.path.join(tmp_path, "CartPole-v1", "*-s5"))
