@@ -64,7 +64,7 @@ from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, che
                          read_run_info, restore_checkpoint, resume_history, resume_point,
                          run_info, RunFolderLock, write_atomically)
 from best_agent import (EVAL_SEED, BestCheckpoint, GreedyPlayer, SampledPlayer, TrialSchedule,
-                        best_kept, pick_checkpoint, run_greedy_episodes)
+                        best_kept, lr_fraction_of, pick_checkpoint, run_greedy_episodes)
 from recording import Drawing, save_animation
 from remote import (ChiefLink, ClusterLog, RemoteGlobal, follow_the_chief, run_to_join,
                     start_cluster_task)
@@ -145,9 +145,9 @@ class ACNet:
             heads_input, self.state_out = (lstm_step(self.features, self.state_in, cfg)
                                            if cfg.use_lstm else (self.features, ()))
             # a worker's policy narrows with the learning rate (final_sigma_scale): it acts, and
-            # its rollout is trained on, with the fraction its previous push was fed
-            self.acting_fraction = (None if global_net is None else
-                                    v1.placeholder_with_default(1.0, [], "acting_fraction"))
+            # its rollout is trained on, with the fraction its previous push was fed (--eval
+            # --stochastic feeds a global net the fraction of its checkpoint's moment)
+            self.acting_fraction = v1.placeholder_with_default(1.0, [], "acting_fraction")
             self.policy = build_actor(heads_input, spec, cfg, actor_hidden, self.acting_fraction)
             self.value = build_critic(heads_input, cfg, critic_hidden)
             trainable = v1.GraphKeys.TRAINABLE_VARIABLES
@@ -844,7 +844,7 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
             attempt("collect the cluster's last episodes and global net", chief.finish, sess, log)
         final = log.progress()  # the workers have stopped: the clock stops too
         attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps,
-                final["wall_s"])
+                final["wall_s"], log.lr_fraction())
         if "best_trials" not in stuck:  # else it may still be playing: best/ stays as it is
             try:
                 attempt("try the last candidates for the best checkpoint", best.try_final,
@@ -903,7 +903,7 @@ def supervise(coord, log: EpisodeLog, checkpoints: "Checkpoints", sess, cfg: Con
             next_line = now + cfg.log_every_s
         if now >= next_save:
             attempt(f"write a periodic checkpoint (next try in {cfg.checkpoint_every_s:g} s)",
-                    checkpoints.save, sess, log.env_steps, log.wall())
+                    checkpoints.save, sess, log.env_steps, log.wall(), log.lr_fraction())
             next_save = now + cfg.checkpoint_every_s
 
 
@@ -998,8 +998,15 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         env.close()
         raise
 
-    player = (SampledPlayer(sess, net, 1, spec.obs_dtype, cfg.n_steps, EVAL_SEED) if stochastic
-              else GreedyPlayer(sess, net, 1, spec.obs_dtype))
+    player = GreedyPlayer(sess, net, 1, spec.obs_dtype)
+    if stochastic:  # sigma as narrow as a worker's at the checkpoint's moment (final_sigma_scale)
+        fraction = lr_fraction_of(checkpoint) if net.policy.uses_schedule else 1.0
+        if fraction is None:
+            warn(f"{checkpoint} does not say the learning rates' fraction at its save (written "
+                 f"before checkpoints did): its actions are sampled with sigma as the net holds "
+                 f"it, wider than training's, which final_sigma_scale narrowed")
+        player = SampledPlayer(sess, net, 1, spec.obs_dtype, cfg.n_steps, EVAL_SEED,
+                               1.0 if fraction is None else fraction)
     actions = [] if replays else None
     try:
         returns, frames = run_greedy_episodes(env, player, episodes, record and not replays,

@@ -15,8 +15,8 @@ import typing
 
 import numpy as np
 
-from checkpoints import (CHECKPOINT_FOLDER, ENV_ID_VARIABLE, latest_checkpoint, run_folder_of,
-                         write_atomically)
+from checkpoints import (CHECKPOINT_FOLDER, ENV_ID_VARIABLE, LR_FRACTION_VARIABLE,
+                         latest_checkpoint, run_folder_of, write_atomically)
 from config import Config
 from console import UsageError, attempt, first_line, tenths, warn
 from environments import EnvSpec, make_envs
@@ -150,7 +150,9 @@ class BestCheckpoint:
         finally:
             self.copy_lock.release()
         self.best_tried = max(self.best_tried, running)
-        self.pending = {"mean_100": running, "episode": episode, "env_steps": env_steps}
+        # lr_fraction: what --eval --stochastic narrows sigma with (final_sigma_scale)
+        self.pending = {"mean_100": running, "episode": episode, "env_steps": env_steps,
+                        "lr_fraction": log.lr_fraction()}
         return True
 
     def try_pending(self, sess, should_stop) -> bool:
@@ -282,7 +284,7 @@ class GreedyPlayer:
 
     def __init__(self, sess, net, count: int, obs_dtype):
         self.call = session_callable(sess, [self.action(net.policy), *net.state_out],
-                                     [net.obs, *net.state_in, *self.noise_feeds(net.policy)])
+                                     [net.obs, *net.state_in, *self.sampling_feeds(net)])
         self.state_shapes = [(count, part.shape[-1]) for part in net.state_in]
         self.obs_dtype = obs_dtype
         self.start()
@@ -291,10 +293,10 @@ class GreedyPlayer:
     def action(policy):
         return policy.greedy_action
 
-    def noise_feeds(self, policy) -> list:
+    def sampling_feeds(self, net) -> list:
         return []
 
-    def noise(self) -> tuple:
+    def sampling(self) -> tuple:
         return ()
 
     def start(self) -> None:
@@ -307,37 +309,42 @@ class GreedyPlayer:
                 part[k] = 0.0
 
     def __call__(self, obs):
-        actions, *state = self.call(np.asarray(obs, self.obs_dtype), *self.state, *self.noise())
+        actions, *state = self.call(np.asarray(obs, self.obs_dtype), *self.state, *self.sampling())
         self.state = tuple(state)
         return actions
 
 
 class SampledPlayer(GreedyPlayer):
     """The policy's sampled actions, as training plays them (--eval --stochastic; rl-zoo scores
-    its Atari agents so). With use_sde each env's noise matrix is drawn anew every noise_every
-    calls and at start(), as a training rollout of n_steps draws one; seed: those draws'."""
+    its Atari agents so). A Gaussian's sigma narrows as a worker's did at lr_fraction (the
+    learning rates' fraction at the checkpoint's moment; final_sigma_scale). With use_sde each
+    env's noise matrix is drawn anew every noise_every calls and at start(), as a training
+    rollout of n_steps draws one; seed: those draws'."""
 
-    def __init__(self, sess, net, count: int, obs_dtype, noise_every: int, seed: int):
+    def __init__(self, sess, net, count: int, obs_dtype, noise_every: int, seed: int,
+                 lr_fraction: float = 1.0):
         self.noise_every, self.rng = noise_every, np.random.default_rng(seed)
         self.calls, self.matrix = 0, None
         noise_in = net.policy.noise_in
         self.noise_shape = None if noise_in is None else (count, *noise_in.shape[1:].as_list())
+        self.fraction = (np.float32(lr_fraction),) if net.policy.uses_schedule else ()
         super().__init__(sess, net, count, obs_dtype)
 
     @staticmethod
     def action(policy):
         return policy.env_action
 
-    def noise_feeds(self, policy) -> list:
-        return [] if policy.noise_in is None else [policy.noise_in]
+    def sampling_feeds(self, net) -> list:
+        return ([] if net.policy.noise_in is None else [net.policy.noise_in]) + (
+            [net.acting_fraction] if self.fraction else [])
 
-    def noise(self) -> tuple:
+    def sampling(self) -> tuple:
         if self.noise_shape is None:
-            return ()
+            return self.fraction
         if self.calls % self.noise_every == 0:
             self.matrix = self.rng.standard_normal(self.noise_shape, np.float32)
         self.calls += 1
-        return (self.matrix,)
+        return (self.matrix, *self.fraction)
 
     def start(self) -> None:
         super().start()
@@ -368,6 +375,19 @@ def read_best_info(best_folder: str) -> typing.Optional[dict]:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return info if os.path.exists(checkpoint + ".index") else None
+
+
+def lr_fraction_of(checkpoint: str) -> typing.Optional[float]:
+    """The learning rates' fraction at a checkpoint's moment, which a worker's sigma narrowed
+    with (final_sigma_scale): a best agent's best.json holds it, a run's checkpoints hold it as
+    a variable; None for one written before they did."""
+    info = read_best_info(os.path.dirname(checkpoint))
+    if info is not None and info["checkpoint"] == os.path.basename(checkpoint):
+        return None if info.get("lr_fraction") is None else float(info["lr_fraction"])
+    try:
+        return float(v1.train.load_variable(checkpoint, LR_FRACTION_VARIABLE))
+    except (tf.errors.OpError, ValueError):
+        return None
 
 
 def best_kept(run_dir: str) -> bool:

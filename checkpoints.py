@@ -33,11 +33,14 @@ ENV_ID_VARIABLE = "run/env_id"
 
 ENV_STEPS_VARIABLE = "run/env_steps"
 WALL_VARIABLE = "run/wall_s"  # the run's training seconds at the save (absent before 2026-12-05)
+# the learning rates' fraction at the save, which a worker's sigma narrows with (final_sigma_scale):
+# what --eval --stochastic plays it with (checkpoints written before it existed lack it)
+LR_FRACTION_VARIABLE = "run/lr_fraction"
 
 
 class Checkpoints:
-    """Saves and restores the global net, its RMSProp slots, the run's env step counter and its
-    seconds trained (the workers' own copies are pulled anew). Each save writes new files and
+    """Saves and restores the global net, its RMSProp slots, the run's env step counter, its
+    seconds trained and its learning rates' fraction (the workers' own copies are pulled anew). Each save writes new files and
     only then swaps the "checkpoint" index file atomically, so a save cut short never leaves a
     broken latest.
     Built once the global net and its optimisers are in the graph: it saves what is there.
@@ -60,6 +63,10 @@ class Checkpoints:
                                       trainable=False)
         self.wall_in = v1.placeholder(tf.float64, [], "run/wall_s_in")
         self.set_wall = self.wall_s.assign(self.wall_in)
+        self.lr_fraction = v1.get_variable(LR_FRACTION_VARIABLE, [], tf.float32,
+                                           v1.ones_initializer(), trainable=False)
+        self.lr_fraction_in = v1.placeholder(tf.float32, [], "run/lr_fraction_in")
+        self.set_lr_fraction = self.lr_fraction.assign(self.lr_fraction_in)
         shared = [v for v in v1.global_variables() if not v.op.name.startswith("worker_")]
         # relative paths in the index: a run folder that is moved reads its own files
         self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints,
@@ -69,12 +76,13 @@ class Checkpoints:
         self.before_save = before_save
         self.save_lock = threading.RLock() if save_lock is None else save_lock
 
-    def save(self, sess, env_steps: int, wall_s: float) -> None:
+    def save(self, sess, env_steps: int, wall_s: float, lr_fraction: float = 1.0) -> None:
         with self.save_lock:
             if self.before_save is not None:
                 self.before_save(sess)
-            sess.run([self.set_steps, self.set_wall],
-                     {self.steps_in: env_steps, self.wall_in: wall_s})
+            sess.run([self.set_steps, self.set_wall, self.set_lr_fraction],
+                     {self.steps_in: env_steps, self.wall_in: wall_s,
+                      self.lr_fraction_in: lr_fraction})
             self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps,
                             write_meta_graph=False)  # nothing reads it; it is ~1 MB and GIL-bound
 
@@ -83,8 +91,8 @@ class Checkpoints:
         a checkpoint written before they were saved)."""
         checkpoint = latest_checkpoint(self.folder)
         missing = restore_checkpoint(sess, self.saver, checkpoint, self.shared, self.env_id,
-                                     optional=[*self.slots, self.wall_s])
-        if set(missing) - {WALL_VARIABLE}:
+                                     optional=[*self.slots, self.wall_s, self.lr_fraction])
+        if set(missing) - {WALL_VARIABLE, LR_FRACTION_VARIABLE}:
             warn(f"{checkpoint} holds no RMSProp averages (written before they were saved): "
                  f"the optimisers start theirs afresh")
         adopt_checkpoints(self.saver, self.folder)  # so that keep_checkpoints counts them too

@@ -115,12 +115,47 @@ def test_eval_plays_the_deterministic_policy_and_records_an_animation(trained_ru
     assert again["returns"] == a3c.evaluate(trained_run, episodes=3)["returns"], "deterministic"
 
 
-def test_eval_stochastic_samples_the_policy_and_replays_the_same_draws(trained_run, capsys):
+class RecordedSampledPlayer(best_agent.SampledPlayer):
+    """A SampledPlayer that keeps the fraction each one was made with (test_... monkeypatch it
+    into a3c)."""
+    made = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        RecordedSampledPlayer.made.append(args[6] if len(args) > 6 else kwargs.get("lr_fraction", 1.0))
+
+
+def test_eval_stochastic_samples_the_policy_and_replays_the_same_draws(trained_run, capsys,
+                                                                       monkeypatch):
+    monkeypatch.setattr(a3c, "SampledPlayer", RecordedSampledPlayer)
+    RecordedSampledPlayer.made = []
     assert a3c.main(["--eval", trained_run, "--episodes", "4", "--stochastic"]) == 0
     assert "stochastic policy of" in capsys.readouterr().out
     sampled = a3c.evaluate(trained_run, episodes=4, stochastic=True)
-    assert sampled["policy"] == "stochastic" and a3c.evaluate(trained_run, 1)["policy"] == "deterministic"
+    assert len(RecordedSampledPlayer.made) == 2, "a SampledPlayer played"
+    greedy = a3c.evaluate(trained_run, episodes=4)
+    assert sampled["policy"] == "stochastic" and greedy["policy"] == "deterministic"
     assert sampled["returns"] == a3c.evaluate(trained_run, episodes=4, stochastic=True)["returns"]
+    assert len(RecordedSampledPlayer.made) == 3 and sampled["returns"] != greedy["returns"]
+
+
+def test_eval_stochastic_narrows_sigma_as_training_had_at_the_checkpoint(tmp_path, monkeypatch):
+    """Pendulum's preset narrows sigma with the annealed rates (final_sigma_scale): the latest
+    checkpoint and best.json hold the fraction, and --eval --stochastic plays with it."""
+    summary, _ = train("Pendulum-v1", tmp_path, max_episodes=None, max_steps=30_000,
+                       best_checkpoint_every_s=3600)
+    run_dir = summary["run_dir"]
+    latest = checkpoints.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    assert sessions.v1.train.load_variable(latest, checkpoints.LR_FRACTION_VARIABLE) == 0.0, \
+        "annealed to its end"
+    best = best_agent.read_best_info(os.path.join(run_dir, "checkpoints", "best"))
+    assert 0.0 <= best["lr_fraction"] < 1.0 and best["lr_fraction"] == pytest.approx(
+        1 - best["env_steps"] / 30_000, abs=0.05)
+    monkeypatch.setattr(a3c, "SampledPlayer", RecordedSampledPlayer)
+    RecordedSampledPlayer.made = []
+    a3c.evaluate(run_dir, episodes=1, stochastic=True, checkpoint="latest")
+    a3c.evaluate(run_dir, episodes=1, stochastic=True)
+    assert RecordedSampledPlayer.made == [0.0, pytest.approx(best["lr_fraction"])]
 
 
 def player_of_a_new_net(env_id, **fields):
@@ -165,16 +200,36 @@ def test_the_sampled_player_draws_gsde_noise_every_n_steps_and_at_each_start():
         block = [float(sampled(obs)[0, 0]) for _ in range(3)]
         blocks.append(block)
         matrices.append(sampled.matrix)
-    last = sampled.matrix
+    sampled(obs)  # a block begun: start() draws anew all the same
+    begun = sampled.matrix
     sampled.start()
     sampled(obs)
+    restarted = sampled.matrix
+    sampled(obs)
+    twin = best_agent.SampledPlayer(sess, net, 1, spec.obs_dtype, noise_every=3, seed=0)
+    other = best_agent.SampledPlayer(sess, net, 1, spec.obs_dtype, noise_every=3, seed=1)
+    twin(obs), other(obs)
     sess.close()
     env.close()
     assert all(not np.array_equal(a, b) for a, b in zip(matrices, matrices[1:]))
-    assert not np.array_equal(sampled.matrix, last)
+    assert not np.array_equal(restarted, begun) and sampled.matrix is restarted
+    assert np.array_equal(twin.matrix, matrices[0]) and not np.array_equal(other.matrix, matrices[0])
     # one matrix, the same state: nearly the same action (the floor's noise alone); a new one moves it
     within = np.median([max(block) - min(block) for block in blocks])
     assert within < 0.1 < np.std([block[0] for block in blocks]) / 5
+
+
+def test_the_sampled_player_narrows_sigma_with_the_fraction_it_is_given():
+    sess, net, spec, env = player_of_a_new_net("Pendulum-v1", use_sde=False, initial_sigma=0.2)
+    assert net.policy.uses_schedule, "Pendulum's preset: final_sigma_scale with anneal_lr"
+    obs = env.reset([0])
+    spread = {fraction: np.std([best_agent.SampledPlayer(
+        sess, net, 1, spec.obs_dtype, noise_every=5, seed=0, lr_fraction=fraction)(obs)[0, 0]
+        for _ in range(400)]) for fraction in (1.0, 0.0)}
+    sess.close()
+    env.close()
+    scale = config.config_for("Pendulum-v1").final_sigma_scale
+    assert spread[0.0] / spread[1.0] == pytest.approx(scale, rel=0.25)
 
 
 def greedy_returns_from_the_checkpoint_by_hand(checkpoint, activation, episodes):
