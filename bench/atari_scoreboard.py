@@ -17,9 +17,10 @@ row only if its config holds that row's values (a variant's, or the preset's), i
 The rows of an earlier preset (RETIRED: Pong's 40M-frame budget) are shown as kept, never trained.
 
 `report` reads the run folders: frames, wall hours, frames/s, the mean-100 at 10M, 20M and 40M
-frames, the frames and hours at which the mean-100 first reached 0 and +18, and the deterministic
-eval of the best checkpoint over 10 games (what `a3c.py --eval RUN --episodes 10` plays), beside
-the anchors; one curve per game (mean-100 against frames and against wall hours) and a GIF of
+frames, the frames and hours at which the mean-100 first reached 0 and +18, the deterministic
+eval of the best checkpoint over 10 games (what `a3c.py --eval RUN --episodes 10` plays) and the
+sampled policy of the latest checkpoint over 10 games (`--checkpoint latest --stochastic`: how
+rl-baselines3-zoo scores its Atari agents), beside the anchors; one curve per game (mean-100 against frames and against wall hours) and a GIF of
 the best agent of the game's first finished row (its first seconds, the colour screen), made
 from its run folder here or kept from an earlier report, and named for its row. Writes
 results/atari.md, results/atari_<game>.png and atari_<game>_s<seed>[_<variant>].gif unless
@@ -135,7 +136,8 @@ WORKERS = 8
 POLL_S = 10  # how often a run's folder is read for its stop
 MILESTONES = (10e6, 20e6, 40e6)  # frames
 EVAL_GAMES = 10
-CELLS = 10  # a row's cells after game and seed, before the anchors
+CELLS = 11  # a row's cells after game and seed, before the anchors
+BEST_EVAL, FINAL_SAMPLED = 9, 10  # the cells of the two evals (an eval that failed: "none: ...")
 CURVE_POINTS = 400  # per run, in the records: enough for a smooth curve
 RECORDS = "atari_runs.json"  # beside atari.md: each run's row and curve, kept across machines
 GIF_STEPS = 450  # 30 seconds of play at the console's pace
@@ -394,6 +396,18 @@ def evaluate_best(folder: str, gif_path) -> tuple[str, bool]:
             gif_path is not None and "animation" in result)
 
 
+def evaluate_final_sampled(folder: str) -> str:
+    """rl-zoo's protocol: its latest checkpoint's sampled policy (a3c.py --eval RUN --checkpoint
+    latest --stochastic) over EVAL_GAMES games."""
+    import a3c
+    try:
+        result = a3c.evaluate(folder, episodes=EVAL_GAMES, checkpoint="latest", stochastic=True,
+                              out=io.StringIO())
+    except UsageError as exc:
+        return f"none: {exc}"
+    return cell(result["mean"])
+
+
 def cell(value, spec="{:,.1f}"):
     return "—" if value is None else spec.format(value)
 
@@ -408,6 +422,8 @@ def load_records(out: str) -> dict:
         with open(path) as f:
             records = json.load(f)
         for record in records.values():
+            if isinstance(record["cells"], list) and len(record["cells"]) == FINAL_SAMPLED:
+                record["cells"].append("—")  # kept before that eval was made
             curve = record["curve"]
             if not (isinstance(record["run"], (str, type(None))) and len(record["cells"]) == CELLS
                     and all(isinstance(text, str) for text in record["cells"])
@@ -489,7 +505,8 @@ def record_of(folder: str, game: str, seed: int, stop, gif, variant: str = "") -
               f"{done['hours']:.2f}",
               f"{rows['env_steps'][-1] * FRAME_SKIP / max(rows['wall_s'][-1], 1e-9):,.0f}"]
              + [cell(mean_100_at(rows, m, done["frames"])) for m in MILESTONES]
-             + [cell(None if np.isnan(done["mean_100"]) else done["mean_100"])] + reach + [score])
+             + [cell(None if np.isnan(done["mean_100"]) else done["mean_100"])] + reach + [score]
+             + [evaluate_final_sampled(folder)])
     return {"run": os.path.basename(folder), "cells": cells, "curve": curve_of(rows),
             "finished": done_row,
             "gif": gif_written}
@@ -548,8 +565,9 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
     are, else carried from records, the rows an earlier report kept in out (and said so)."""
     lines = ["| game | seed | frames | wall h | frames/s | mean-100 at 10M | 20M | 40M | "
              "final mean-100 | Pong: mean-100 0 reached at (frames, h) | +18 reached at | "
-             f"eval of the best ({EVAL_GAMES} games) | anchors at 40M frames |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"eval of the best ({EVAL_GAMES} games) | the final net's sampled policy ({EVAL_GAMES} "
+             f"games: rl-zoo's protocol) | anchors at 40M frames |",
+             "|" + " --- |" * (CELLS + 3)]
     shown, carried = {}, []
     staged = []  # GIFs written as .part, named with the rest once every row is measured
     measured = measured_folders(runs, records, scoreboard)
@@ -565,20 +583,23 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
                 staged += [gif] if gif is not None else []
                 record = record_of(folder, game, seed, stop, gif, entry.variant)
                 if record is None:
-                    lines.append(f"| {game} | {entry.label} | no game finished yet | | | | | | | | | | |")
+                    lines.append(f"| {game} | {entry.label} | no game finished yet |" + " |" * CELLS)
                     continue
-                if record["cells"][-1].startswith("none:") and kept is not None and \
-                        kept["run"] == record["run"] and not kept["cells"][-1].startswith("none:"):
-                    # (a checkpoint replaced as it was read, say): not to be kept for good
-                    print(f"{game} seed {entry.label}: its eval failed ({record['cells'][-1]}); "
-                          f"the eval kept for this run in {RECORDS} stays", file=sys.stderr, flush=True)
-                    record["cells"][-1] = kept["cells"][-1]
+                for index in (BEST_EVAL, FINAL_SAMPLED):
+                    if record["cells"][index].startswith("none:") and kept is not None and \
+                            kept["run"] == record["run"] and \
+                            not kept["cells"][index].startswith("none:"):
+                        # (a checkpoint replaced as it was read, say): not to be kept for good
+                        print(f"{game} seed {entry.label}: its eval failed "
+                              f"({record['cells'][index]}); the eval kept for this run in "
+                              f"{RECORDS} stays", file=sys.stderr, flush=True)
+                        record["cells"][index] = kept["cells"][index]
                 records[key] = record
             elif kept is not None:
                 record = kept
                 carried.append(f"{short_name(game)} seed {entry.label}")
             else:
-                lines.append(f"| {game} | {entry.label} | not run | | | | | | | | | | |")
+                lines.append(f"| {game} | {entry.label} | not run |" + " |" * CELLS)
                 continue
             shown.setdefault(game, []).append((entry.label, record))
             anchors = ", ".join(f"{name} {value:g}" for name, value in ANCHORS[game].items())
@@ -761,11 +782,13 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
             f"rows before: the variant feed-forward). Each for its preset's budget (40M "
             f"frames; Pong 50M, 40M in the rows named so), Pong until its mean-100 reaches +{PONG_GOAL:g} "
             f"or {PONG_HOURS:g} hours if either comes first. Our scores are the mean of the "
-            f"last 100 training games (mean-100) and the deterministic policy of the best "
-            f"checkpoint over {EVAL_GAMES} games; the anchors are rl-baselines3-zoo's "
-            f"benchmark (its final model's evaluation, which samples the policy on Atari: "
-            f"`--eval RUN --stochastic` plays ours so) and CleanRL's PPO (its last training "
-            f"games), both at 10M agent steps (40M frames). A row whose seed names a variant ran "
+            f"last 100 training games (mean-100), the deterministic policy of the best "
+            f"checkpoint over {EVAL_GAMES} games (`a3c.py --eval RUN --episodes {EVAL_GAMES}`), "
+            f"and the final net's sampled policy over {EVAL_GAMES} games (`--checkpoint latest "
+            f"--stochastic`: rl-zoo's protocol; — in a row kept before it was measured); the "
+            f"anchors are rl-baselines3-zoo's benchmark (its final model's evaluation, which "
+            f"samples the policy on Atari) and CleanRL's PPO (its last training games), both at "
+            f"10M agent steps (40M frames). A row whose seed names a variant ran "
             f"the preset with these values changed: "
             + "; ".join(f"{name}: {', '.join(set_values(name))}" for name in VARIANTS if name)
             + f".\n\n{table}\n")

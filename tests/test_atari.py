@@ -1086,11 +1086,14 @@ def test_a_failed_eval_does_not_replace_the_eval_kept_for_the_same_run(tmp_path,
         for index in range(3):
             f.write(f"0,{index + 1},{(index + 1) * 1000},{index + 1.0},-21,1000,-21.0,1.0,0.5\n")
     board = [atari_scoreboard.Entry(PONG, 1, (18.0, 2.0))]
-    kept = {"run": "20270101T000000Z-s1", "cells": ["x"] * 9 + ["-20.5"], "curve": None,
+    kept = {"run": "20270101T000000Z-s1", "cells": ["x"] * 9 + ["-20.5", "-19.5"], "curve": None,
             "finished": False, "gif": False}
-    for records, eval_cell in (({}, "none: "), ({board[0].key: kept}, "-20.5 |")):
+    for records, evals in (({}, ("none: ", "none: ")), ({board[0].key: kept}, ("-20.5", "-19.5"))):
         table = atari_scoreboard.report(str(tmp_path / "runs"), str(tmp_path), False, records, board)
-        assert f"| {eval_cell}" in table.splitlines()[2], table
+        cells = [cell.strip() for cell in table.splitlines()[2].strip("|").split("|")]
+        best, final_sampled = (cells[2 + index] for index in (atari_scoreboard.BEST_EVAL,
+                                                               atari_scoreboard.FINAL_SAMPLED))
+        assert best.startswith(evals[0]) and final_sampled.startswith(evals[1]), table
         # a run short of its budget and stop says so: not "never" reached, not yet
         assert "| 0.0M (unfinished) |" in table and "| not yet | not yet |" in table
     assert "the eval kept for this run in atari_runs.json stays" in capsys.readouterr().err
@@ -1178,3 +1181,15 @@ def test_every_kept_row_is_a_row_of_the_scoreboard():
     became its preset): a key no row has would be a row lost from the table."""
     kept = atari_scoreboard.load_records(os.path.join(atari_scoreboard.ROOT, "results"))
     assert kept and set(kept) <= {entry.key for entry in atari_scoreboard.SCOREBOARD}
+
+
+def test_a_row_kept_before_the_sampled_eval_existed_loads_with_a_dash_there(tmp_path):
+    row = {"run": "20270101T000000Z-s1", "cells": ["8.0M"] + ["x"] * 8 + ["-20.5"], "curve": None,
+           "finished": True, "gif": False}  # (its ten cells: the eval of the best last)
+    (tmp_path / "atari_runs.json").write_text(json.dumps({f"{PONG} 1": row}))
+    kept = atari_scoreboard.load_records(str(tmp_path))[f"{PONG} 1"]["cells"]
+    assert len(kept) == atari_scoreboard.CELLS
+    assert kept[atari_scoreboard.BEST_EVAL] == "-20.5" and kept[atari_scoreboard.FINAL_SAMPLED] == "—"
+    (tmp_path / "atari_runs.json").write_text(json.dumps({f"{PONG} 1": {**row, "cells": ["8.0M"]}}))
+    with pytest.raises(atari_scoreboard.UsageError):
+        atari_scoreboard.load_records(str(tmp_path))
