@@ -1003,8 +1003,9 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         fraction = lr_fraction_of(checkpoint) if net.policy.uses_schedule else 1.0
         if fraction is None:
             warn(f"{checkpoint} does not say the learning rates' fraction at its save (written "
-                 f"before checkpoints did): its actions are sampled with sigma as the net holds "
-                 f"it, wider than training's, which final_sigma_scale narrowed")
+                 f"before checkpoints kept it, or a best agent's without its best.json): its "
+                 f"actions are sampled with sigma as the net holds it, wider than training's, "
+                 f"which final_sigma_scale narrowed")
         player = SampledPlayer(sess, net, 1, spec.obs_dtype, cfg.n_steps, EVAL_SEED,
                                1.0 if fraction is None else fraction)
     actions = [] if replays else None
@@ -1073,7 +1074,8 @@ def parse_args(argv):
     parser.add_argument("--record", action="store_true", help="--eval: write the first episode "
                         "as episode.gif into RUN_DIR")
     parser.add_argument("--stochastic", action="store_true", help="--eval: sample the policy's "
-                        "actions, as training does (rl-zoo's Atari scores), not its deterministic one")
+                        "actions, as training does (rl-zoo's Atari scores), not its "
+                        "deterministic one")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of config.py, e.g. --set actor_lr=3e-4 (repeatable)")
     parser.add_argument("--sync", dest="sync_updates", action="store_const", const=True,
@@ -1208,9 +1210,10 @@ def refuse_flags_of_the_other_mode(args) -> None:
                              f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
                              f"training: drop {'it' if len(given) == 1 else 'them'}")
         return
-    given = [flag for flag, value in (("--episodes", args.episodes), ("--render", args.render or None),
-                                      ("--record", args.record or None),
-                                      ("--stochastic", args.stochastic or None)) if value is not None]
+    given = [flag for flag, value in (
+        ("--episodes", args.episodes), ("--render", args.render or None),
+        ("--record", args.record or None), ("--stochastic", args.stochastic or None))
+        if value is not None]
     if given:
         raise UsageError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --eval "
                          f"RUN_DIR, which plays a trained agent")

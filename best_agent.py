@@ -27,7 +27,7 @@ from sessions import session_callable, tf, v1
 
 BEST_FOLDER = "best"      # checkpoints/best/: the best agent of the run (BestCheckpoint)
 
-BEST_INFO = "best.json"   # beside it: its score, mean-100, episode, env steps, checkpoint name
+BEST_INFO = "best.json"   # beside it: score, mean-100, episode, env steps, lr_fraction, checkpoint
 
 COPY_WAIT_S = 1.0  # how long a best-agent copy waits for a --sync round to end before it asks again
 
@@ -40,7 +40,9 @@ TRIAL_STEP_LIMIT = 27_000  # steps of a trial episode at most: ALE's own limit (
 
 class BestCheckpoint:
     """checkpoints/best/: the best agent the run has made, and best.json beside it (its score,
-    the mean-100 and episode it was taken at, the env steps then, and its checkpoint's name).
+    the mean-100 and episode it was taken at, the env steps then, the learning rates' fraction
+    when it was copied, which --eval --stochastic narrows sigma with, and its checkpoint's
+    name).
 
     The mean-100 says when the agent may have got better, but it lags (it averages 100 episodes
     played by nets that kept changing) and it measures the stochastic policy, not the one --eval
@@ -468,10 +470,10 @@ def play_trial(envs, greedy: GreedyPlayer, obs_dtype, should_stop=lambda: False
 
 def run_greedy_episodes(env, greedy, episodes: int, record: bool,
                         first_seed: int = EVAL_SEED, actions: list = None) -> tuple[list, list]:
-    """Play `episodes` episodes with a GreedyPlayer (or a SampledPlayer) in a batch of one env (GymEnvs or
-    AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first episode's
-    frames when recording. actions: a list that gets each episode's actions, as the env got
-    them (for a replay that draws, recording.draw_in_child)."""
+    """Play `episodes` episodes with a GreedyPlayer (or SampledPlayer) in a batch of one env
+    (GymEnvs or AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first
+    episode's frames when recording. actions: a list that gets each episode's actions, as the
+    env got them (for a replay that draws, recording.draw_in_child)."""
     returns, frames = [], []
     for episode in range(episodes):
         obs = env.reset([first_seed + episode])

@@ -40,7 +40,8 @@ LR_FRACTION_VARIABLE = "run/lr_fraction"
 
 class Checkpoints:
     """Saves and restores the global net, its RMSProp slots, the run's env step counter, its
-    seconds trained and its learning rates' fraction (the workers' own copies are pulled anew). Each save writes new files and
+    seconds trained and its learning rates' fraction (the workers' own copies are pulled
+    anew). Each save writes new files and
     only then swaps the "checkpoint" index file atomically, so a save cut short never leaves a
     broken latest.
     Built once the global net and its optimisers are in the graph: it saves what is there.
@@ -76,7 +77,7 @@ class Checkpoints:
         self.before_save = before_save
         self.save_lock = threading.RLock() if save_lock is None else save_lock
 
-    def save(self, sess, env_steps: int, wall_s: float, lr_fraction: float = 1.0) -> None:
+    def save(self, sess, env_steps: int, wall_s: float, lr_fraction: float) -> None:
         with self.save_lock:
             if self.before_save is not None:
                 self.before_save(sess)

@@ -389,7 +389,8 @@ def describe_preset(env_id: str, sync: bool = False, given: dict = None) -> str:
                                   for name, fields in layers)
     overridden = [name for name in field_names()
                   if name in (given or {}) and name in preset and given[name] != preset[name]]
-    return line + (f" (the command line sets {', '.join(overridden)} instead)" if overridden else "")
+    return line + (f" (the command line sets {', '.join(overridden)} instead)"
+                   if overridden else "")
 
 
 # What a run's config.json written before a field existed meant by its absence, where that

@@ -76,7 +76,8 @@ class GaussianPolicy:
 
     mean  = (low + high) / 2 + (high - low) / 2 * tanh(u)
     sigma = (softplus(v) + sigma_floor) * (high - low) / 2, v from the state or a free parameter,
-            times final_sigma_scale + (1 - final_sigma_scale) * schedule in a worker's net
+            times final_sigma_scale + (1 - final_sigma_scale) * schedule where one is fed (a
+            worker's net, --eval --stochastic)
     With use_sde (gSDE, Raffin et al. 2021) the noise of action a is instead sum_f z_f W_fa
     eps_fa (+ sigma_floor's own), z the features scaled to unit length, W = softplus(w), eps a
     matrix each env draws once a rollout and feeds as noise_in: in the states one rollout visits

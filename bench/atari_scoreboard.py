@@ -19,14 +19,15 @@ The rows of an earlier preset (RETIRED: Pong's 40M-frame budget) are shown as ke
 `report` reads the run folders: frames, wall hours, frames/s, the mean-100 at 10M, 20M and 40M
 frames, the frames and hours at which the mean-100 first reached 0 and +18, the deterministic
 eval of the best checkpoint over 10 games (what `a3c.py --eval RUN --episodes 10` plays) and the
-sampled policy of the latest checkpoint over 10 games (`--checkpoint latest --stochastic`: how
-rl-baselines3-zoo scores its Atari agents), beside the anchors; one curve per game (mean-100 against frames and against wall hours) and a GIF of
-the best agent of the game's first finished row (its first seconds, the colour screen), made
-from its run folder here or kept from an earlier report, and named for its row. Writes
-results/atari.md, results/atari_<game>.png and atari_<game>_s<seed>[_<variant>].gif unless
---no-save, and keeps each run's row and curve in
-results/atari_runs.json: a row whose run folder is not under RUNS (it trained on another machine,
-or in an earlier session whose files are gone) is carried from there, and the table says so.
+sampled policy of the latest checkpoint over 10 games (`--checkpoint latest --stochastic`: the
+net and policy rl-baselines3-zoo scores its Atari agents by), beside the anchors; one curve per
+game (mean-100 against frames and against wall hours) and a GIF of the best agent of the game's
+first finished row (its first seconds, the colour screen), made from its run folder here or kept
+from an earlier report, and named for its row. Writes results/atari.md, results/atari_<game>.png
+and atari_<game>_s<seed>[_<variant>].gif unless --no-save, and keeps each run's row and curve in
+results/atari_runs.json: a row whose run folder is not under RUNS (it trained on another
+machine, or in an earlier session whose files are gone) is carried from there, and the table
+says so.
 """
 from __future__ import annotations
 
@@ -397,8 +398,8 @@ def evaluate_best(folder: str, gif_path) -> tuple[str, bool]:
 
 
 def evaluate_final_sampled(folder: str) -> str:
-    """rl-zoo's protocol: its latest checkpoint's sampled policy (a3c.py --eval RUN --checkpoint
-    latest --stochastic) over EVAL_GAMES games."""
+    """The net and policy rl-zoo scores: the latest checkpoint's sampled policy (a3c.py --eval
+    RUN --checkpoint latest --stochastic), over EVAL_GAMES games."""
     import a3c
     try:
         result = a3c.evaluate(folder, episodes=EVAL_GAMES, checkpoint="latest", stochastic=True,
@@ -565,8 +566,8 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
     are, else carried from records, the rows an earlier report kept in out (and said so)."""
     lines = ["| game | seed | frames | wall h | frames/s | mean-100 at 10M | 20M | 40M | "
              "final mean-100 | Pong: mean-100 0 reached at (frames, h) | +18 reached at | "
-             f"eval of the best ({EVAL_GAMES} games) | the final net's sampled policy ({EVAL_GAMES} "
-             f"games: rl-zoo's protocol) | anchors at 40M frames |",
+             f"eval of the best ({EVAL_GAMES} games) | the final net's sampled policy "
+             f"({EVAL_GAMES} games: rl-zoo's choice of net and policy) | anchors at 40M frames |",
              "|" + " --- |" * (CELLS + 3)]
     shown, carried = {}, []
     staged = []  # GIFs written as .part, named with the rest once every row is measured
@@ -583,12 +584,13 @@ def report(runs: str, out: str, save: bool, records: dict, scoreboard=SCOREBOARD
                 staged += [gif] if gif is not None else []
                 record = record_of(folder, game, seed, stop, gif, entry.variant)
                 if record is None:
-                    lines.append(f"| {game} | {entry.label} | no game finished yet |" + " |" * CELLS)
+                    lines.append(f"| {game} | {entry.label} | no game finished yet |"
+                                 + " |" * CELLS)
                     continue
                 for index in (BEST_EVAL, FINAL_SAMPLED):
                     if record["cells"][index].startswith("none:") and kept is not None and \
                             kept["run"] == record["run"] and \
-                            not kept["cells"][index].startswith("none:"):
+                            not kept["cells"][index].startswith(("none:", "—")):
                         # (a checkpoint replaced as it was read, say): not to be kept for good
                         print(f"{game} seed {entry.label}: its eval failed "
                               f"({record['cells'][index]}); the eval kept for this run in "
@@ -785,7 +787,8 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
             f"last 100 training games (mean-100), the deterministic policy of the best "
             f"checkpoint over {EVAL_GAMES} games (`a3c.py --eval RUN --episodes {EVAL_GAMES}`), "
             f"and the final net's sampled policy over {EVAL_GAMES} games (`--checkpoint latest "
-            f"--stochastic`: rl-zoo's protocol; — in a row kept before it was measured); the "
+            f"--stochastic`: the net and policy rl-zoo scores, over fewer games; — in a row kept "
+            f"before it was measured); the "
             f"anchors are rl-baselines3-zoo's benchmark (its final model's evaluation, which "
             f"samples the policy on Atari) and CleanRL's PPO (its last training games), both at "
             f"10M agent steps (40M frames). A row whose seed names a variant ran "

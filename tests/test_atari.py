@@ -1189,7 +1189,8 @@ def test_a_row_kept_before_the_sampled_eval_existed_loads_with_a_dash_there(tmp_
     (tmp_path / "atari_runs.json").write_text(json.dumps({f"{PONG} 1": row}))
     kept = atari_scoreboard.load_records(str(tmp_path))[f"{PONG} 1"]["cells"]
     assert len(kept) == atari_scoreboard.CELLS
-    assert kept[atari_scoreboard.BEST_EVAL] == "-20.5" and kept[atari_scoreboard.FINAL_SAMPLED] == "—"
+    assert kept[atari_scoreboard.BEST_EVAL] == "-20.5"
+    assert kept[atari_scoreboard.FINAL_SAMPLED] == "—"
     (tmp_path / "atari_runs.json").write_text(json.dumps({f"{PONG} 1": {**row, "cells": ["8.0M"]}}))
     with pytest.raises(atari_scoreboard.UsageError):
         atari_scoreboard.load_records(str(tmp_path))

@@ -122,7 +122,8 @@ class RecordedSampledPlayer(best_agent.SampledPlayer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        RecordedSampledPlayer.made.append(args[6] if len(args) > 6 else kwargs.get("lr_fraction", 1.0))
+        RecordedSampledPlayer.made.append(
+            args[6] if len(args) > 6 else kwargs.get("lr_fraction", 1.0))
 
 
 def test_eval_stochastic_samples_the_policy_and_replays_the_same_draws(trained_run, capsys,
@@ -143,11 +144,18 @@ def test_eval_stochastic_narrows_sigma_as_training_had_at_the_checkpoint(tmp_pat
     """Pendulum's preset narrows sigma with the annealed rates (final_sigma_scale): the latest
     checkpoint and best.json hold the fraction, and --eval --stochastic plays with it."""
     summary, _ = train("Pendulum-v1", tmp_path, max_episodes=None, max_steps=30_000,
-                       best_checkpoint_every_s=3600)
+                       best_checkpoint_every_s=3600, checkpoint_every_s=0.1, keep_checkpoints=100)
     run_dir = summary["run_dir"]
     latest = checkpoints.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
     assert sessions.v1.train.load_variable(latest, checkpoints.LR_FRACTION_VARIABLE) == 0.0, \
         "annealed to its end"
+    periodic = [path[:-len(".index")] for path in glob.glob(
+        os.path.join(run_dir, "checkpoints", "model-*.index")) if path[:-len(".index")] != latest]
+    assert periodic, "checkpoints saved during the run"
+    for path in periodic:  # each at the fraction of its moment (a rollout's steps either way)
+        steps = int(path.rsplit("-", 1)[1])
+        assert sessions.v1.train.load_variable(path, checkpoints.LR_FRACTION_VARIABLE) == \
+            pytest.approx(1 - steps / 30_000, abs=0.02), path
     best = best_agent.read_best_info(os.path.join(run_dir, "checkpoints", "best"))
     assert 0.0 <= best["lr_fraction"] < 1.0 and best["lr_fraction"] == pytest.approx(
         1 - best["env_steps"] / 30_000, abs=0.05)
@@ -213,8 +221,10 @@ def test_the_sampled_player_draws_gsde_noise_every_n_steps_and_at_each_start():
     env.close()
     assert all(not np.array_equal(a, b) for a, b in zip(matrices, matrices[1:]))
     assert not np.array_equal(restarted, begun) and sampled.matrix is restarted
-    assert np.array_equal(twin.matrix, matrices[0]) and not np.array_equal(other.matrix, matrices[0])
-    # one matrix, the same state: nearly the same action (the floor's noise alone); a new one moves it
+    assert np.array_equal(twin.matrix, matrices[0])
+    assert not np.array_equal(other.matrix, matrices[0])
+    # one matrix, the same state: nearly the same action (the floor's noise alone); a new one
+    # moves it
     within = np.median([max(block) - min(block) for block in blocks])
     assert within < 0.1 < np.std([block[0] for block in blocks]) / 5
 
