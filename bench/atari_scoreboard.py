@@ -708,9 +708,9 @@ def main(argv=None) -> int:
         if args.what == "report" and chosen and not args.no_save:
             parser.error(f"report {flag} would rewrite atari.md with only those {rows} rows: "
                          f"report them all (drop {flag}), or add --no-save")
-    if (args.what == "run" or not args.no_save) and not os.path.isdir(args.out):
-        parser.error(f"--out {args.out} is not a folder: make it" + (
-            "" if args.what == "run" else ", or give --no-save"))
+    if not os.path.isdir(args.out):  # (--no-save reads the kept rows there all the same)
+        parser.error(f"--out {args.out} is not a folder: make it, or give the folder that holds "
+                     f"{RECORDS} (default results/)")
     games = list(dict.fromkeys(entry.game for entry in SCOREBOARD))
     if args.games:
         unknown = set(args.games) - set(games)

@@ -1194,3 +1194,15 @@ def test_a_row_kept_before_the_sampled_eval_existed_loads_with_a_dash_there(tmp_
     (tmp_path / "atari_runs.json").write_text(json.dumps({f"{PONG} 1": {**row, "cells": ["8.0M"]}}))
     with pytest.raises(atari_scoreboard.UsageError):
         atari_scoreboard.load_records(str(tmp_path))
+
+
+def test_report_refuses_an_out_folder_that_is_not_there_even_without_saving(tmp_path, capsys):
+    """--no-save still reads the kept rows in --out: a mistyped one would show every kept row
+    as not run."""
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(SystemExit) as refusal:
+        atari_scoreboard.main(["report", "--runs", str(tmp_path / "runs"), "--no-save",
+                               "--out", str(tmp_path / "typo")])
+    err = capsys.readouterr().err
+    assert refusal.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "typo is not a folder" in err and "atari_runs.json" in err

@@ -164,6 +164,14 @@ def test_eval_stochastic_narrows_sigma_as_training_had_at_the_checkpoint(tmp_pat
     a3c.evaluate(run_dir, episodes=1, stochastic=True, checkpoint="latest")
     a3c.evaluate(run_dir, episodes=1, stochastic=True)
     assert RecordedSampledPlayer.made == [0.0, pytest.approx(best["lr_fraction"])]
+    # resumed without annealing: its checkpoints hold 1 (sigma as trained since), an earlier
+    # one keeps its own, whatever the run's config now says
+    assert a3c.main(["--resume", run_dir, "--set", "anneal_lr=false", "--max-steps", "33000",
+                     "--no-plot"]) == 0
+    RecordedSampledPlayer.made = []
+    a3c.evaluate(run_dir, episodes=1, stochastic=True, checkpoint="latest")
+    a3c.evaluate(run_dir, episodes=1, stochastic=True, checkpoint=latest)
+    assert RecordedSampledPlayer.made == [1.0, 0.0]
 
 
 def player_of_a_new_net(env_id, **fields):
