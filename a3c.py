@@ -988,7 +988,10 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
     graph = tf.Graph()
     graph.seed = EVAL_SEED  # the sampled actions' draws: the same episodes on every --eval
     with graph.as_default():
-        net = ACNet("global", spec, cfg)
+        # --stochastic: a net whose sigma takes the checkpoint's fraction (final_sigma_scale),
+        # whether or not the run anneals now: a run resumed with anneal_lr off keeps checkpoints
+        # trained at a fraction below 1, and its own hold 1
+        net = ACNet("global", spec, dataclasses.replace(cfg, anneal_lr=True) if stochastic else cfg)
         saver = v1.train.Saver(var_list=net.net_variables)
     sess = open_session(graph, None)  # one thread plays the episodes: no pool to feed
     try:
@@ -998,16 +1001,17 @@ def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: boo
         env.close()
         raise
 
-    player = GreedyPlayer(sess, net, 1, spec.obs_dtype)
     if stochastic:  # sigma as narrow as a worker's at the checkpoint's moment (final_sigma_scale)
         fraction = lr_fraction_of(checkpoint) if net.policy.uses_schedule else 1.0
         if fraction is None:
             warn(f"{checkpoint} does not say the learning rates' fraction at its save (written "
                  f"before checkpoints kept it, or a best agent's without its best.json): its "
-                 f"actions are sampled with sigma as the net holds it, wider than training's, "
-                 f"which final_sigma_scale narrowed")
+                 f"actions are sampled with sigma as the net holds it, possibly wider than "
+                 f"training's, which final_sigma_scale narrowed")
         player = SampledPlayer(sess, net, 1, spec.obs_dtype, cfg.n_steps, EVAL_SEED,
                                1.0 if fraction is None else fraction)
+    else:
+        player = GreedyPlayer(sess, net, 1, spec.obs_dtype)
     actions = [] if replays else None
     try:
         returns, frames = run_greedy_episodes(env, player, episodes, record and not replays,

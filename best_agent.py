@@ -384,12 +384,14 @@ def lr_fraction_of(checkpoint: str) -> typing.Optional[float]:
     with (final_sigma_scale): a best agent's best.json holds it, a run's checkpoints hold it as
     a variable; None for one written before they did."""
     info = read_best_info(os.path.dirname(checkpoint))
-    if info is not None and info["checkpoint"] == os.path.basename(checkpoint):
-        return None if info.get("lr_fraction") is None else float(info["lr_fraction"])
     try:
-        return float(v1.train.load_variable(checkpoint, LR_FRACTION_VARIABLE))
-    except (tf.errors.OpError, ValueError):
+        if info is not None and info["checkpoint"] == os.path.basename(checkpoint):
+            fraction = float(info["lr_fraction"])
+        else:
+            fraction = float(v1.train.load_variable(checkpoint, LR_FRACTION_VARIABLE))
+    except (KeyError, TypeError, ValueError, tf.errors.OpError):  # (a hand-edited best.json too)
         return None
+    return fraction if 0.0 <= fraction <= 1.0 else None
 
 
 def best_kept(run_dir: str) -> bool:

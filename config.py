@@ -335,7 +335,8 @@ PRESETS: dict[str, dict] = {
     # the seeds at or above 3,041 (rl-zoo's A2C) from 2 of 6 to 4 (one run each; run again,
     # 12-17 gave 3 of 6: runs of one seed differ). 4 workers (pushes half as stale; on 2 cores
     # as many env steps/s, on more cores fewer than 8 would give): 26 of 36 runs on seeds 12-47
-    # reached 3,041, the 8 workers' 52 of 86, a gap inside the draw (docs/config.md)
+    # reached 3,041 (31 of 48 with a later sitting's), the 8 workers' 52 of 86, a gap inside the
+    # draw (docs/config.md)
     **{f"HalfCheetah-v{version}": dict(MUJOCO, n_steps=5, workers=4) for version in (4, 5)},
 }
 

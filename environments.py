@@ -272,7 +272,7 @@ class AtariEnvs:
     FIRE would otherwise stand still until the game's 108,000-frame limit, and a trial would
     cost minutes for a score the agent never earned. (Sticky actions swallow a press when the emulator repeats the previous
     action on all 4 frames of the step, 0.4% of them at 0.25.) Training's sampled actions
-    press FIRE by themselves; --eval --stochastic's play in these envs all the same (FIRE
+    press FIRE by themselves; --eval --stochastic plays in these envs all the same (FIRE
     after a lost life, as rl-baselines3-zoo's evaluation presses it, and on a still screen).
 
     screen "rgb_array" (--eval --record): the same games are also played, in lockstep, by a twin

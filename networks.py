@@ -94,9 +94,7 @@ class GaussianPolicy:
         self.mean = centre + half_range * tf.tanh(u)
         # final_sigma_scale: sigma narrows with the learning rate's fraction; a rollout's actions
         # are drawn, and their log-probs taken, with the fraction of the push before it
-        # (without anneal_lr the fraction fed stays 1; a checkpoint of a run resumed with
-        # anneal_lr off holds the fraction it was trained at: --eval --stochastic feeds that)
-        self.uses_schedule = schedule is not None and cfg.final_sigma_scale != 1.0
+        self.uses_schedule = schedule is not None and cfg.final_sigma_scale != 1.0 and cfg.anneal_lr
         narrowing = (cfg.final_sigma_scale + (1.0 - cfg.final_sigma_scale) * schedule
                      if self.uses_schedule else 1.0)
         self.noise_in = None

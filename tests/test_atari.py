@@ -1088,12 +1088,14 @@ def test_a_failed_eval_does_not_replace_the_eval_kept_for_the_same_run(tmp_path,
     board = [atari_scoreboard.Entry(PONG, 1, (18.0, 2.0))]
     kept = {"run": "20270101T000000Z-s1", "cells": ["x"] * 9 + ["-20.5", "-19.5"], "curve": None,
             "finished": False, "gif": False}
-    for records, evals in (({}, ("none: ", "none: ")), ({board[0].key: kept}, ("-20.5", "-19.5"))):
+    dashed = {**kept, "cells": ["x"] * 9 + ["-20.5", "—"]}  # (kept before the sampled eval)
+    for records, evals in (({}, ("none:", "none:")), ({board[0].key: kept}, ("-20.5", "-19.5")),
+                           ({board[0].key: dashed}, ("-20.5", "none:"))):
         table = atari_scoreboard.report(str(tmp_path / "runs"), str(tmp_path), False, records, board)
         cells = [cell.strip() for cell in table.splitlines()[2].strip("|").split("|")]
-        best, final_sampled = (cells[2 + index] for index in (atari_scoreboard.BEST_EVAL,
-                                                               atari_scoreboard.FINAL_SAMPLED))
-        assert best.startswith(evals[0]) and final_sampled.startswith(evals[1]), table
+        for index, want in zip((atari_scoreboard.BEST_EVAL, atari_scoreboard.FINAL_SAMPLED), evals):
+            shown = cells[2 + index]  # a failed eval's own error, or exactly the kept value
+            assert shown.startswith(want) if want == "none:" else shown == want, table
         # a run short of its budget and stop says so: not "never" reached, not yet
         assert "| 0.0M (unfinished) |" in table and "| not yet | not yet |" in table
     assert "the eval kept for this run in atari_runs.json stays" in capsys.readouterr().err

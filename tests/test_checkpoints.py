@@ -239,7 +239,7 @@ def test_the_sampled_player_draws_gsde_noise_every_n_steps_and_at_each_start():
 
 def test_the_sampled_player_narrows_sigma_with_the_fraction_it_is_given():
     sess, net, spec, env = player_of_a_new_net("Pendulum-v1", use_sde=False, initial_sigma=0.2)
-    assert net.policy.uses_schedule, "Pendulum's preset: final_sigma_scale with anneal_lr"
+    assert net.policy.uses_schedule, "Pendulum's preset: final_sigma_scale < 1"
     obs = env.reset([0])
     spread = {fraction: np.std([best_agent.SampledPlayer(
         sess, net, 1, spec.obs_dtype, noise_every=5, seed=0, lr_fraction=fraction)(obs)[0, 0]

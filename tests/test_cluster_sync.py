@@ -331,7 +331,9 @@ def test_a_lost_worker_process_ends_a_sync_cluster_run_with_its_checkpoint(sync_
     run = sync_worker_lost
     assert run["code"] == 1, run["stderr"]
     preset, training = run["stdout"].splitlines()[:2]  # the chief's: it set the run up
-    assert preset == config_module.describe_preset("Pendulum-v1", sync=True)
+    # (--max-episodes 0: no episode limit, where the preset sets one)
+    assert preset == config_module.describe_preset("Pendulum-v1", sync=True,
+                                                   given={"max_episodes": None})
     assert "synchronous updates (A2C); the chief of a cluster" in training
     # the launcher stops it at once: the chief's own check (a silent process) would wait
     assert ("worker process 1 exited with status -9; the synchronous rounds need it: stopping "
