@@ -40,7 +40,6 @@ from console import quiet_ctrl_c_while_starting  # (the standard library only: i
 if __name__ == "__main__":
     quiet_ctrl_c_while_starting("a3c.py")  # main() puts the training handler in
 
-import gymnasium as gym
 import numpy as np
 
 import cluster as cluster_module
@@ -50,22 +49,20 @@ from cpus import cpu_layout
 from sessions import close_remote_session, open_session, session_callable, tf, v1
 from console import (Console, Interrupted, OneLineParser, UsageError, WorkerError, attempt,
                      counted, first_line, is_ctrl_c, progress_line, repeated_stop,
-                     stop_like_ctrl_c, tell, tenths, warn)
-from environments import (ATARI_STEPS_PER_S, FRAME_SKIP, EnvSpec, env_spec, is_atari, make_envs,
-                          probe_spec, unused_setting_warnings)
+                     stop_like_ctrl_c, tell, warn)
+from environments import (FRAME_SKIP, EnvSpec, is_atari, make_envs, probe_spec,
+                          unused_setting_warnings)
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
                       observation_statistics_update, optimizer_groups, scaled_observations,
                       shared_trunk)
-from runlog import (AnnealStart, EpisodeLog, RunHistory, describe_budget, display_available,
-                    plot_rewards)
+from runlog import AnnealStart, EpisodeLog, RunHistory, describe_budget, plot_rewards
 from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, check_results_dir,
                          checkpoint_note, latest_checkpoint, new_run_dir, part_seed, read_run,
-                         read_run_info, restore_checkpoint, resume_history, resume_point,
+                         read_run_info, resume_history, resume_point,
                          run_info, RunFolderLock, write_atomically)
-from best_agent import (EVAL_SEED, BestCheckpoint, GreedyPlayer, SampledPlayer, TrialSchedule,
-                        best_kept, lr_fraction_of, pick_checkpoint, run_greedy_episodes)
-from recording import Drawing, save_animation
+from best_agent import BestCheckpoint, TrialSchedule, best_kept
+import evaluation
 from remote import (ChiefLink, ClusterLog, RemoteGlobal, follow_the_chief, run_to_join,
                     start_cluster_task)
 
@@ -957,88 +954,15 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
 
 
 # ---------------------------------------------------------------------------------------------
-# Evaluation
+# Evaluation (evaluation.py plays a checkpoint of the network above)
 # ---------------------------------------------------------------------------------------------
 
 
 def evaluate(run_dir: str, episodes: int = 10, render: bool = False, record: bool = False,
              out=None, checkpoint: str = "best", stochastic: bool = False) -> dict:
-    """Run the deterministic policy (mean action / argmax) of a run's best checkpoint, or of
-    the one that `checkpoint` names (latest, or a path); stochastic: its sampled actions."""
-    out = out or sys.stdout
-    if render and record:  # a window's render mode gives no frames, a recording's no window
-        raise UsageError("--render and --record do not go together: --render shows the "
-                         "episodes in a window, --record writes episode.gif; choose one")
-    env_id, cfg = read_run(run_dir)
-    if render and not display_available():  # pygame would crash the process, not raise
-        raise UsageError("--render needs a display and none is set (DISPLAY or WAYLAND_DISPLAY); "
-                         "use --record to write episode.gif instead")
-    checkpoint, played = pick_checkpoint(run_dir, checkpoint)
-    render_mode = "human" if render else ("rgb_array" if record else None)
-    if render_mode == "rgb_array":
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # frames only: no window, no display
-    # Atari: the agent plays training's own envs, and a twin of them keeps the colour screen
-    env = make_envs(env_id, cfg, 1, greedy=True, screen=render_mode)
-    spec = env_spec(env, env_id)
-    drawing = None
-    if render_mode is not None and not is_atari(env_id):
-        drawing = Drawing(env_id, cfg, render_mode, display_available(), env)
-        env = drawing.env
-    replays = drawing is not None and drawing.replays
-    graph = tf.Graph()
-    graph.seed = EVAL_SEED  # the sampled actions' draws: the same episodes on every --eval
-    with graph.as_default():
-        # --stochastic: a net whose sigma takes the checkpoint's fraction (final_sigma_scale),
-        # whether or not the run anneals now: a run resumed with anneal_lr off keeps checkpoints
-        # trained at a fraction below 1, and its own hold 1
-        net = ACNet("global", spec, dataclasses.replace(cfg, anneal_lr=True) if stochastic else cfg)
-        saver = v1.train.Saver(var_list=net.net_variables)
-    sess = open_session(graph, None)  # one thread plays the episodes: no pool to feed
-    try:
-        restore_checkpoint(sess, saver, checkpoint, net.net_variables, env_id)
-    except BaseException:  # a bad checkpoint, or Ctrl-C
-        sess.close()
-        env.close()
-        raise
-
-    if stochastic:  # sigma as narrow as a worker's at the checkpoint's moment (final_sigma_scale)
-        fraction = lr_fraction_of(checkpoint) if net.policy.uses_schedule else 1.0
-        if fraction is None:
-            warn(f"{checkpoint} does not say the learning rates' fraction at its save (written "
-                 f"before checkpoints kept it, or a best agent's without its best.json): its "
-                 f"actions are sampled with sigma as the net holds it, possibly wider than "
-                 f"training's, which final_sigma_scale narrowed")
-        player = SampledPlayer(sess, net, 1, spec.obs_dtype, cfg.n_steps, EVAL_SEED,
-                               1.0 if fraction is None else fraction)
-    else:
-        player = GreedyPlayer(sess, net, 1, spec.obs_dtype)
-    actions = [] if replays else None
-    try:
-        returns, frames = run_greedy_episodes(env, player, episodes, record and not replays,
-                                              actions=actions)
-    except gym.error.DependencyNotInstalled as exc:
-        raise UsageError(f"{env_id} cannot render: {exc}") from None
-    finally:
-        env.close()
-        sess.close()
-    policy = "stochastic" if stochastic else "deterministic"
-    result = dict(env=env_id, checkpoint=checkpoint, policy=policy, returns=returns,
-                  mean=float(np.mean(returns)), std=float(np.std(returns)))
-    gif = os.path.join(run_dir, "episode.gif")
-    score = (f"{env_id}: {policy} policy of {played}, {checkpoint}: return "
-             f"{tenths(result['mean'])} ± {result['std']:.1f} over {counted(episodes, 'episode')}")
-    if replays:  # MuJoCo: drawn in a process without TensorFlow (recording.py), which takes a
-        print(score, file=out, flush=True)  # while: the score first
-        result.update(drawing.draw_played(EVAL_SEED, returns, actions, gif if record else None, out))
-        if "animation" in result:
-            print(f"{env_id}: animation in {result['animation']}", file=out, flush=True)
-        return result
-    if record and frames:
-        result["animation"] = save_animation(
-            frames, gif, ATARI_STEPS_PER_S if is_atari(env_id) else 30)
-    print(score + (f"; animation in {result['animation']}" if "animation" in result else ""),
-          file=out, flush=True)
-    return result
+    """--eval RUN_DIR: evaluation.evaluate with this file's ACNet."""
+    return evaluation.evaluate(run_dir, ACNet, episodes, render, record, out, checkpoint,
+                               stochastic)
 
 
 # ---------------------------------------------------------------------------------------------

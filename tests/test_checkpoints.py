@@ -18,6 +18,7 @@ import checkpoints
 import config
 import console
 import environments
+import evaluation
 import runlog
 import sessions
 from envs import InterruptingEnv, InterruptsTheFinalTrialsEnv, RecordingEnv
@@ -116,8 +117,8 @@ def test_eval_plays_the_deterministic_policy_and_records_an_animation(trained_ru
 
 
 class RecordedSampledPlayer(best_agent.SampledPlayer):
-    """A SampledPlayer that keeps the fraction each one was made with (test_... monkeypatch it
-    into a3c)."""
+    """A SampledPlayer that keeps the fraction each one was made with (the tests below put it
+    into evaluation.py)."""
     made = []
 
     def __init__(self, *args, **kwargs):
@@ -128,7 +129,7 @@ class RecordedSampledPlayer(best_agent.SampledPlayer):
 
 def test_eval_stochastic_samples_the_policy_and_replays_the_same_draws(trained_run, capsys,
                                                                        monkeypatch):
-    monkeypatch.setattr(a3c, "SampledPlayer", RecordedSampledPlayer)
+    monkeypatch.setattr(evaluation, "SampledPlayer", RecordedSampledPlayer)
     RecordedSampledPlayer.made = []
     assert a3c.main(["--eval", trained_run, "--episodes", "4", "--stochastic"]) == 0
     assert "stochastic policy of" in capsys.readouterr().out
@@ -159,7 +160,7 @@ def test_eval_stochastic_narrows_sigma_as_training_had_at_the_checkpoint(tmp_pat
     best = best_agent.read_best_info(os.path.join(run_dir, "checkpoints", "best"))
     assert 0.0 <= best["lr_fraction"] < 1.0 and best["lr_fraction"] == pytest.approx(
         1 - best["env_steps"] / 30_000, abs=0.05)
-    monkeypatch.setattr(a3c, "SampledPlayer", RecordedSampledPlayer)
+    monkeypatch.setattr(evaluation, "SampledPlayer", RecordedSampledPlayer)
     RecordedSampledPlayer.made = []
     a3c.evaluate(run_dir, episodes=1, stochastic=True, checkpoint="latest")
     a3c.evaluate(run_dir, episodes=1, stochastic=True)
