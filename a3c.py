@@ -18,11 +18,11 @@ applies their mean (clipped once) to the global net, and then all of them pull i
 
 This file follows that order: the network and its update (ACNet, n_step_returns), the worker
 loop with its push and pull (Worker, UpdateRound), the driver (train; a cluster's other worker
-processes: train_as_worker), evaluation and the command line. What is not A3C itself lives
-beside it: config.py (every hyperparameter), environments.py, networks.py (layers, policies,
-trunks, optimisers), runlog.py (budget, anneal, episodes.csv), checkpoints.py, best_agent.py,
-remote.py (push and pull through a cluster's ps tasks), cluster.py (its processes), sessions.py
-and console.py.
+processes: train_as_worker) and the command line. What is not A3C itself lives beside it:
+config.py (every hyperparameter), environments.py, networks.py (layers, policies, trunks,
+optimisers), runlog.py (budget, anneal, episodes.csv), checkpoints.py, best_agent.py,
+evaluation.py (--eval), recording.py (GIFs and windows), remote.py (push and pull through a
+cluster's ps tasks), cluster.py (its processes), cpus.py, sessions.py and console.py.
 """
 from __future__ import annotations
 
