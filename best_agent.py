@@ -470,8 +470,8 @@ def play_trial(envs, greedy: GreedyPlayer, obs_dtype, should_stop=lambda: False
     return float(returns.mean())
 
 
-def run_greedy_episodes(env, greedy, episodes: int, record: bool,
-                        first_seed: int = EVAL_SEED, actions: list = None) -> tuple[list, list]:
+def play_episodes(env, player, episodes: int, record: bool,
+                  first_seed: int = EVAL_SEED, actions: list = None) -> tuple[list, list]:
     """Play `episodes` episodes with a GreedyPlayer (or SampledPlayer) in a batch of one env
     (GymEnvs or AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first
     episode's frames when recording. actions: a list that gets each episode's actions, as the
@@ -479,14 +479,14 @@ def run_greedy_episodes(env, greedy, episodes: int, record: bool,
     returns, frames = [], []
     for episode in range(episodes):
         obs = env.reset([first_seed + episode])
-        greedy.start()
+        player.start()
         total, done = 0.0, False
         if actions is not None:
             actions.append([])
         while not done:
             if record and episode == 0 and len(frames) < RECORD_FRAME_LIMIT:
                 frames.append(env.render())
-            chosen = greedy(obs)
+            chosen = player(obs)
             if actions is not None:
                 actions[-1].append(np.asarray(chosen[0]))
             next_obs, rewards, terminated, truncated = env.step(chosen)

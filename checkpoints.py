@@ -41,9 +41,8 @@ LR_FRACTION_VARIABLE = "run/lr_fraction"
 class Checkpoints:
     """Saves and restores the global net, its RMSProp slots, the run's env step counter, its
     seconds trained and its learning rates' fraction (the workers' own copies are pulled
-    anew). Each save writes new files and
-    only then swaps the "checkpoint" index file atomically, so a save cut short never leaves a
-    broken latest.
+    anew). Each save writes new files and only then swaps the "checkpoint" index file
+    atomically, so a save cut short never leaves a broken latest.
     Built once the global net and its optimisers are in the graph: it saves what is there.
 
     save_lock: held by every save; --sync passes its rounds' lock (no save during an update),
@@ -55,19 +54,14 @@ class Checkpoints:
         self.env_id = env_id
         # saved and checked on restore, so that a checkpoint is never restored for another env
         self.env_id_variable = v1.Variable(env_id, name=ENV_ID_VARIABLE, trainable=False)
-        self.env_steps = v1.get_variable(ENV_STEPS_VARIABLE, [], tf.int64, v1.zeros_initializer(),
-                                         trainable=False)
-        self.steps_in = v1.placeholder(tf.int64, [], "run/env_steps_in")
-        self.set_steps = self.env_steps.assign(self.steps_in)
-        # a resumed run's clock goes on from here: episodes.csv's last row may be well before it
-        self.wall_s = v1.get_variable(WALL_VARIABLE, [], tf.float64, v1.zeros_initializer(),
-                                      trainable=False)
-        self.wall_in = v1.placeholder(tf.float64, [], "run/wall_s_in")
-        self.set_wall = self.wall_s.assign(self.wall_in)
-        self.lr_fraction = v1.get_variable(LR_FRACTION_VARIABLE, [], tf.float32,
-                                           v1.ones_initializer(), trainable=False)
-        self.lr_fraction_in = v1.placeholder(tf.float32, [], "run/lr_fraction_in")
-        self.set_lr_fraction = self.lr_fraction.assign(self.lr_fraction_in)
+        # the run's own scalars, set at each save (a resumed run's clock goes on from wall_s:
+        # episodes.csv's last row may be well before it)
+        records = [run_record(name, dtype, initializer) for name, dtype, initializer in (
+            (ENV_STEPS_VARIABLE, tf.int64, v1.zeros_initializer()),
+            (WALL_VARIABLE, tf.float64, v1.zeros_initializer()),
+            (LR_FRACTION_VARIABLE, tf.float32, v1.ones_initializer()))]
+        (self.env_steps, self.wall_s, self.lr_fraction), self.records_in, self.set_records = (
+            zip(*records))
         shared = [v for v in v1.global_variables() if not v.op.name.startswith("worker_")]
         # relative paths in the index: a run folder that is moved reads its own files
         self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints,
@@ -81,9 +75,8 @@ class Checkpoints:
         with self.save_lock:
             if self.before_save is not None:
                 self.before_save(sess)
-            sess.run([self.set_steps, self.set_wall, self.set_lr_fraction],
-                     {self.steps_in: env_steps, self.wall_in: wall_s,
-                      self.lr_fraction_in: lr_fraction})
+            sess.run(self.set_records,
+                     dict(zip(self.records_in, (env_steps, wall_s, lr_fraction))))
             self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps,
                             write_meta_graph=False)  # nothing reads it; it is ~1 MB and GIL-bound
 
@@ -99,6 +92,14 @@ class Checkpoints:
         adopt_checkpoints(self.saver, self.folder)  # so that keep_checkpoints counts them too
         env_steps, wall_s = sess.run([self.env_steps, self.wall_s])
         return int(env_steps), float(wall_s)
+
+
+def run_record(name: str, dtype, initializer) -> tuple:
+    """A scalar variable of the run saved with the net (name: run/...), the placeholder of its
+    value and the op that sets it."""
+    variable = v1.get_variable(name, [], dtype, initializer, trainable=False)
+    value_in = v1.placeholder(dtype, [], f"{name}_in")
+    return variable, value_in, variable.assign(value_in)
 
 
 def adopt_checkpoints(saver, folder: str) -> None:

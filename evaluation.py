@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from best_agent import (EVAL_SEED, GreedyPlayer, SampledPlayer, lr_fraction_of, pick_checkpoint,
-                        run_greedy_episodes)
+                        play_episodes)
 from checkpoints import read_run, restore_checkpoint
 from console import UsageError, counted, tenths, warn
 from environments import ATARI_STEPS_PER_S, env_spec, is_atari, make_envs
@@ -77,8 +77,8 @@ def evaluate(run_dir: str, build_net, episodes: int = 10, render: bool = False,
         player = GreedyPlayer(sess, net, 1, spec.obs_dtype)
     actions = [] if replays else None
     try:
-        returns, frames = run_greedy_episodes(env, player, episodes, record and not replays,
-                                              actions=actions)
+        returns, frames = play_episodes(env, player, episodes, record and not replays,
+                                        actions=actions)
     except gym.error.DependencyNotInstalled as exc:
         raise UsageError(f"{env_id} cannot render: {exc}") from None
     finally:

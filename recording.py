@@ -140,7 +140,7 @@ class Drawing:
             raise UsageError(f"{env_id} cannot draw its frames here: {first_line(exc)}{hint}") from None
 
     def replay(self, first_seed: int, actions: list, gif_path: str = None) -> list:
-        """MuJoCo: draw the episodes played (actions: run_greedy_episodes') in the child: the
+        """MuJoCo: draw the episodes played (actions: play_episodes') in the child: the
         first one into gif_path when recording, every one in a window when rendering. Returns
         the replayed episodes' returns (RuntimeError if the child failed)."""
         if self.render_mode == "rgb_array":

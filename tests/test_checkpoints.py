@@ -73,8 +73,8 @@ def test_the_best_checkpoint_plays_its_trial_score_again(trained_run):
     with sessions.v1.Session(graph=graph) as sess:
         saver.restore(sess, checkpoints.latest_checkpoint(folder))
         greedy = best_agent.GreedyPlayer(sess, net, 1, spec.obs_dtype)
-        returns, _ = best_agent.run_greedy_episodes(env, greedy, info["trial_episodes"], False,
-                                             first_seed=best_agent.TRIAL_SEED)
+        returns, _ = best_agent.play_episodes(env, greedy, info["trial_episodes"], False,
+                                              first_seed=best_agent.TRIAL_SEED)
     env.close()
     assert np.mean(returns) == pytest.approx(info["score"], rel=1e-6)
 

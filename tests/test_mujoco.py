@@ -144,7 +144,7 @@ def test_the_best_agent_restored_plays_its_trial_score_again_with_its_statistics
         assert sess.run(net.obs_statistics)[0] > 0
         trial_way = best_agent.play_trial(
             envs, best_agent.GreedyPlayer(sess, net, len(envs), spec.obs_dtype), spec.obs_dtype)
-        returns, _ = best_agent.run_greedy_episodes(  # --eval's: one episode after another
+        returns, _ = best_agent.play_episodes(  # --eval's: one episode after another
             one_env, best_agent.GreedyPlayer(sess, net, 1, spec.obs_dtype), len(envs), False,
             first_seed=best_agent.TRIAL_SEED)
         sess.run(forget)
