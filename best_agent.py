@@ -471,16 +471,20 @@ def play_trial(envs, greedy: GreedyPlayer, obs_dtype, should_stop=lambda: False
 
 
 def play_episodes(env, player, episodes: int, record: bool,
-                  first_seed: int = EVAL_SEED, actions: list = None) -> tuple[list, list]:
+                  first_seed: int = EVAL_SEED, actions: list = None,
+                  step_limit: int = None) -> tuple[list, list]:
     """Play `episodes` episodes with a GreedyPlayer (or SampledPlayer) in a batch of one env
     (GymEnvs or AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first
     episode's frames when recording. actions: a list that gets each episode's actions, as the
-    env got them (for a replay that draws, recording.draw_in_child)."""
-    returns, frames = [], []
+    env got them (for a replay that draws, recording.draw_in_child). An episode still going
+    after the larger of step_limit (the run's max_episode_steps) and TRIAL_STEP_LIMIT steps is
+    cut there, with a warning: an env without a time limit may never end one."""
+    step_limit = max(step_limit or 0, TRIAL_STEP_LIMIT)
+    returns, frames, cut = [], [], 0
     for episode in range(episodes):
         obs = env.reset([first_seed + episode])
         player.start()
-        total, done = 0.0, False
+        total, done, steps = 0.0, False, 0
         if actions is not None:
             actions.append([])
         while not done:
@@ -492,6 +496,13 @@ def play_episodes(env, player, episodes: int, record: bool,
             next_obs, rewards, terminated, truncated = env.step(chosen)
             obs = np.asarray(next_obs)
             total += float(rewards[0])
+            steps += 1
             done = bool(terminated[0] or truncated[0])
+            if not done and steps >= step_limit:
+                done, cut = True, cut + 1
         returns.append(total)
+    if cut:
+        warn(f"{cut} of the {episodes} episodes were still going after {step_limit:,} steps "
+             f"and were cut there, their returns so far counted (the cap on an episode's "
+             f"length where the run sets none: an env without a time limit may never end one)")
     return returns, frames

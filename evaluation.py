@@ -78,7 +78,7 @@ def evaluate(run_dir: str, build_net, episodes: int = 10, render: bool = False,
     actions = [] if replays else None
     try:
         returns, frames = play_episodes(env, player, episodes, record and not replays,
-                                        actions=actions)
+                                        actions=actions, step_limit=cfg.max_episode_steps)
     except gym.error.DependencyNotInstalled as exc:
         raise UsageError(f"{env_id} cannot render: {exc}") from None
     finally:

@@ -181,6 +181,17 @@ class InterruptsTheFinalTrialsEnv(CountdownEnv):
         return super().step(action)
 
 
+class EndlessEnv(CountdownEnv):
+    """Reward 1 per step and no end, nor any time limit where it is registered. Raises on its
+    5,000th step after a reset: a player that never cuts an episode fails, rather than hangs."""
+
+    def step(self, action):
+        if self.t >= 4_999:
+            raise RuntimeError("an episode of EndlessEnv was played for 5,000 steps")
+        obs, reward, _, _, info = super().step(action)
+        return obs, reward, False, False, info
+
+
 class PickOneEnv(gym.Env):
     """One-step episodes: reward 1 for action 1, 0 for action 0. A deterministic policy's mean
     return is 1 or 0 by which of its two logits is larger."""
@@ -221,6 +232,6 @@ for name, cls in (("Countdown", CountdownEnv), ("Cue", CueEnv), ("PickOne", Pick
                   ("NaNReward", NaNRewardEnv), ("ShiftedDiscrete", ShiftedDiscreteEnv),
                   ("Recording", RecordingEnv), ("Interrupting", InterruptingEnv),
                   ("MultiDiscrete", MultiDiscreteEnv), ("Image", ImageEnv),
-                  ("InterruptsTheFinalTrials", InterruptsTheFinalTrialsEnv)):
+                  ("InterruptsTheFinalTrials", InterruptsTheFinalTrialsEnv), ("Endless", EndlessEnv)):
     gym.register(f"A3CTest/{name}-v0", entry_point=cls)
 gym.register("A3CTest/Staggered-v0", entry_point=StaggeredEnv, max_episode_steps=5)

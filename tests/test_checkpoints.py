@@ -116,6 +116,20 @@ def test_eval_plays_the_deterministic_policy_and_records_an_animation(trained_ru
     assert again["returns"] == a3c.evaluate(trained_run, episodes=3)["returns"], "deterministic"
 
 
+def test_eval_cuts_an_episode_of_an_env_without_a_time_limit_and_says_so(tmp_path, monkeypatch,
+                                                                         capsys):
+    """A deterministic policy may never end an episode of an env without a time limit (a
+    balancing task, a module:Env-v0 registered without one): --eval must not play it forever."""
+    summary, _ = train("A3CTest/Endless-v0", tmp_path, max_episodes=None, max_steps=400,
+                       best_trial_episodes=0)
+    monkeypatch.setattr(best_agent, "TRIAL_STEP_LIMIT", 300)  # (27,000 in play: ALE's limit)
+    capsys.readouterr()
+    result = a3c.evaluate(summary["run_dir"], episodes=2, checkpoint="latest")
+    assert result["returns"] == [300.0, 300.0]
+    err = capsys.readouterr().err
+    assert "2 of the 2 episodes were still going after 300 steps and were cut there" in err
+
+
 class RecordedSampledPlayer(best_agent.SampledPlayer):
     """A SampledPlayer that keeps the fraction each one was made with (the tests below put it
     into evaluation.py)."""
