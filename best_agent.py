@@ -162,7 +162,10 @@ class BestCheckpoint:
         the best if it beats the best so far; True if it did."""
         label, self.pending = self.pending, None
         score = self.play(should_stop) if self.trial_envs is not None else label["mean_100"]
-        if score is None or not self.beats_the_best(score, label["mean_100"]):
+        if score is None:  # cut short by the end of training: its copy waits for try_final
+            self.pending = label
+            return False
+        if not self.beats_the_best(score, label["mean_100"]):
             return False
         sess.run(self.promote)
         self.best_score, self.best_mean_100 = score, label["mean_100"]

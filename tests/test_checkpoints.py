@@ -1482,6 +1482,22 @@ def test_a_trial_cut_short_by_the_end_of_training_keeps_the_best_it_had(tmp_path
     close()
 
 
+def test_a_candidate_whose_trial_the_end_of_training_cut_short_is_tried_at_the_end(tmp_path):
+    """The net at the last rise of the mean-100 waits in its copy: try_final plays it before the
+    final net, rather than losing it because its first trial was cut short."""
+    best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path)
+    prefer(1)
+    play([1.0] * 100)
+    assert best.try_candidate(sess, log, lambda: True) is False, "stopped before it played"
+    prefer(0)  # the global net moves on and ends playing 0
+    play([0.5])
+    best.try_final(sess, log)
+    info, stored_bias = on_disk()
+    assert (info["episode"], info["score"]) == (100, 1.0), "the candidate at the rise"
+    np.testing.assert_array_equal(stored_bias, [0.0, 5.0])
+    close()
+
+
 def test_without_trials_the_best_is_the_net_at_the_best_mean_100(tmp_path):
     best, sess, log, prefer, play, on_disk, close = best_agent_fixture(tmp_path, best_trial_episodes=0)
     prefer(1)
