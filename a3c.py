@@ -829,29 +829,35 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
         error = exc
     except Exception as exc:  # the driver itself failed: the workers stop all the same
         error = WorkerError(f"the driver raised {type(exc).__name__}: {first_line(exc)}")
+    def finishing(step):
+        """step(); the first Ctrl-C (or SIGTERM) of a run that ended by itself, landing while it
+        finishes, is taken as one in training: the step is done again, and the files written."""
+        nonlocal interrupted
+        try:
+            return step()
+        except KeyboardInterrupt:
+            if interrupted or error is not None:
+                raise
+            interrupted = True
+            return step()
+
     try:
         # every way out stops and joins the workers before anything they use is closed
         release = (None if remote is None or team.rounds is None
                    else lambda: remote.release_rounds(every_process=True))
-        raised, stuck = team.stop(release)
+        raised, stuck = finishing(lambda: team.stop(release))
         error = error or raised
         if chief is not None and not chief.ps_lost:
             if not stuck:  # its own threads' last episodes, like any worker process's
                 attempt("send the last episodes", remote.flush)
             attempt("collect the cluster's last episodes and global net", chief.finish, sess, log)
         final = log.progress()  # the workers have stopped: the clock stops too
-        attempt("write the final checkpoint", checkpoints.save, sess, log.env_steps,
-                final["wall_s"], log.lr_fraction())
+        finishing(lambda: attempt("write the final checkpoint", checkpoints.save, sess,
+                                  log.env_steps, final["wall_s"], log.lr_fraction()))
         if "best_trials" not in stuck:  # else it may still be playing: best/ stays as it is
-            try:
-                attempt("try the last candidates for the best checkpoint", best.try_final,
-                        sess, log, 10.0 if interrupted or error is not None else 60.0)
-            except KeyboardInterrupt:  # the first Ctrl-C of a run that ended by itself: as one
-                if interrupted or error is not None:  # in training, 10 s of trials, then files
-                    raise
-                interrupted = True
-                attempt("try the last candidates for the best checkpoint", best.try_final,
-                        sess, log, 10.0)
+            finishing(lambda: attempt("try the last candidates for the best checkpoint",
+                                      best.try_final, sess, log,
+                                      10.0 if interrupted or error is not None else 60.0))
         if stuck:  # closing what a running thread uses could crash the process or lose its rows
             warn(f"{', '.join(stuck)} did not stop within 30 s; the CSV, the session and the "
                  f"environments are left open for them")

@@ -801,6 +801,33 @@ def test_one_ctrl_c_in_the_last_trials_of_a_finished_run_still_writes_its_files(
     assert len(read_rows(run_dir)) == 1 + 120
 
 
+@pytest.mark.parametrize("where", ["stopping the workers", "the final checkpoint"])
+def test_one_ctrl_c_while_a_finished_run_stops_still_writes_its_final_checkpoint(where, tmp_path,
+                                                                                 monkeypatch):
+    """A SIGTERM (a batch scheduler's) or Ctrl-C that lands while a run that reached its budget
+    joins its workers or writes its last checkpoint is the user's first: as one in training,
+    the step is done and every file written, not "stopped at once" with the last minutes lost."""
+    cls, name = (a3c.Team, "stop") if where == "stopping the workers" else (
+        checkpoints.Checkpoints, "save")
+    real, calls = getattr(cls, name), []
+
+    def interrupted_once(self, *args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(self, *args)
+    monkeypatch.setattr(cls, name, interrupted_once)
+    try:
+        summary, _ = train("A3CTest/Countdown-v0", tmp_path, max_episodes=120)
+    except console.Interrupted as exc:  # (a KeyboardInterrupt: it would end the whole session)
+        pytest.fail(f"one Ctrl-C stopped the finished run at once: {exc}")
+    assert len(calls) == 2 and summary["interrupted"]
+    saved = checkpoints.latest_checkpoint(os.path.join(summary["run_dir"], "checkpoints"))
+    assert int(saved.rsplit("-", 1)[1]) == summary["env_steps"]
+    assert os.path.getsize(os.path.join(summary["run_dir"], "rewards.png")) > 10_000
+    assert len(read_rows(summary["run_dir"])) == 1 + 120
+
+
 def test_a_resume_of_a_run_that_is_still_training_is_refused_and_changes_nothing(tmp_path):
     """Two trainers in one folder interleave episodes.csv and checkpoints/: the run is lost."""
     import signal
