@@ -298,12 +298,27 @@ def read_run_info(run_dir: str) -> dict:
                          f"a3c.py wrote, e.g. results/Pendulum-v1/<run>") from None
 
 
+def resumes_well_formed(resumed) -> bool:
+    """Whether config.json's "resumed" is a list of resumes as run_info writes them, as far as a
+    resume reads them (the last one's anneal_start)."""
+    def well_formed(start) -> bool:
+        return isinstance(start, dict) and set(start) <= set(AnnealStart._fields) and all(
+            isinstance(value, (int, float)) and not isinstance(value, bool)
+            for value in start.values())
+    return isinstance(resumed, list) and all(
+        isinstance(part, dict) and well_formed(part.get("anneal_start", {})) for part in resumed)
+
+
 def read_run(run_dir: str) -> tuple[str, Config]:
     """(env id, config) of a run folder that a3c.py wrote."""
     saved = read_run_info(run_dir)
     try:
         cfg = config_module.from_dict(saved["config"])
         cfg.validate()  # a hand-edited value must be refused here, not crash the graph's build
+        if not isinstance(saved["env"], str):
+            raise ValueError(f"its env is {saved['env']!r}, not an env id")
+        if not resumes_well_formed(saved.get("resumed", [])):
+            raise ValueError("its resumed entry is not the list of resumes a3c.py writes")
         return saved["env"], cfg
     except KeyError as exc:
         raise UsageError(f"{run_dir} is not a readable run folder (its config.json has no "

@@ -190,6 +190,8 @@ class Config:
         """Raise ValueError naming the first field whose value cannot work."""
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if not of_its_type(value, field.type):  # (config.json may be edited by hand)
+                raise ValueError(f"{field.name} must be of type {field.type}, got {value!r}")
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{field.name} must be a finite number, got {value}")
             # the graphs compute in float32: 1e-50 would be 0 there (a floor of 0, a clip to 0)
@@ -256,6 +258,12 @@ class Config:
         if any(int(s) < 1 for s in self.lstm_input_hidden):
             raise ValueError(f"lstm_input_hidden needs layer sizes >= 1 (or none), got "
                              f"{self.lstm_input_hidden}")
+        for field in dataclasses.fields(self):  # what the graphs hold: int32 sizes and lengths,
+            value = getattr(self, field.name)   # an int64 env step count
+            largest = 2 ** 63 - 1 if field.name in BUDGET_FIELDS else 2 ** 31 - 1
+            if field.name != "seed" and any(isinstance(number, int) and number > largest for number
+                                            in (value if isinstance(value, tuple) else (value,))):
+                raise ValueError(f"{field.name} must be at most {largest:,}, got {value}")
 
 
 # What every Atari game shares: the A3C paper's setup, except the trunk, rollout length, rate and
@@ -401,6 +409,21 @@ def describe_preset(env_id: str, sync: bool = False, given: dict = None) -> str:
 BEFORE_THE_FIELD = {"trunk_activation": "relu", "hidden_activation": "relu", "lstm_input_hidden": ()}
 
 
+BUDGET_FIELDS = ("max_episodes", "max_steps", "anneal_steps")  # counted in Python and int64
+
+
+def of_its_type(value, kind: str) -> bool:
+    """Whether value fits a Config field's annotation: int, float (an int too), bool, str, a tuple
+    of ints, or Optional of one (None)."""
+    if kind.startswith("Optional["):
+        return value is None or of_its_type(value, kind[len("Optional["):-1])
+    if kind == "bool" or isinstance(value, bool):
+        return kind == "bool" and isinstance(value, bool)
+    if kind == "tuple":
+        return isinstance(value, tuple) and all(of_its_type(size, "int") for size in value)
+    return isinstance(value, {"int": int, "float": (int, float), "str": str}[kind])
+
+
 def from_dict(values: dict) -> Config:
     """A Config from the "config" object of a run's config.json (ValueError if it doesn't fit)."""
     known = set(field_names())
@@ -503,9 +526,9 @@ def parse_value(name: str, text: str):
             if lowered in ("0", "false", "no", "off"):
                 return False
             raise ValueError
-        if "int" in kind:
-            number = float(text)
-            if not number.is_integer():
+        if "int" in kind:  # "1e6" too; digits exactly, past float's 2**53
+            number = int(text) if text.lstrip("+-").isdigit() else float(text)
+            if not float(number).is_integer():
                 raise ValueError
             return None if number == 0 and name in NO_LIMIT_FIELDS else int(number)
         if "float" in kind:

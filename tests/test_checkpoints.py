@@ -338,6 +338,31 @@ def test_eval_names_what_a_config_json_lacks(saved, words, tmp_path, capsys):
     refused(["--eval", str(tmp_path)], capsys, "not a readable run folder", words)
 
 
+@pytest.mark.parametrize("edit, words", [
+    (lambda saved: saved.update(env=5), "its env is 5, not an env id"),
+    (lambda saved: saved.update(resumed="x"), "its resumed entry is not the list of resumes"),
+    (lambda saved: saved.update(resumed=[{"anneal_start": {"lr_fraction": "half"}}]),
+     "its resumed entry is not the list of resumes"),
+    (lambda saved: saved["config"].update(workers=2.5), "workers must be of type int, got 2.5"),
+    (lambda saved: saved["config"].update(use_lstm=1), "use_lstm must be of type bool, got 1"),
+])
+@pytest.mark.parametrize("flag", ["--eval", "--resume"])
+def test_a_config_json_edited_to_values_of_the_wrong_type_is_refused(edit, words, flag, trained_run,
+                                                                      tmp_path, capsys):
+    """They crashed --eval or --resume with a traceback (an int env id, a resumed entry that is
+    no list, a float worker count: a3c.py writes none of them)."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    with open(run / "config.json") as f:
+        saved = json.load(f)
+    edit(saved)
+    (run / "config.json").write_text(json.dumps(saved))
+    before = sorted(os.listdir(run))
+    refused([flag, str(run)] + (["--max-steps", "99999999"] if flag == "--resume" else []),
+            capsys, "not a readable run folder", words)
+    assert sorted(os.listdir(run)) == before
+
+
 def test_eval_refuses_a_run_without_checkpoints(trained_run, tmp_path, capsys):
     empty_run = tmp_path / "run"
     empty_run.mkdir()

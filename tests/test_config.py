@@ -148,3 +148,17 @@ def test_a_layer_list_set_to_none_has_no_layers_as_its_refusal_says():
     cfg = config.Config(lstm_input_hidden=(0,))
     with pytest.raises(ValueError, match=r"\(or none\)"):
         cfg.validate()
+
+
+def test_an_integer_field_takes_its_digits_exactly_and_an_exponent_too():
+    """Parsed through float, 2**53 + 1 came out as 2**53."""
+    assert config.parse_value("max_steps", str(2 ** 53 + 1)) == 2 ** 53 + 1
+    assert config.parse_value("max_steps", "1e6") == 1_000_000
+    with pytest.raises(ValueError, match="not a valid"):
+        config.parse_value("max_steps", "1.5")
+
+
+def test_every_preset_holds_values_of_its_fields_types():
+    for env_id in [*config.PRESETS, "ALE/Boxing-v5", "Ant-v5"]:
+        for sync in (False, True):
+            config.config_for(env_id, sync).validate()
