@@ -50,8 +50,8 @@ from sessions import close_remote_session, open_session, session_callable, tf, v
 from console import (Console, Interrupted, OneLineParser, UsageError, WorkerError, attempt,
                      counted, first_line, is_ctrl_c, progress_line, repeated_stop,
                      stop_like_ctrl_c, tell, warn)
-from environments import (FRAME_SKIP, EnvSpec, is_atari, make_envs, probe_spec,
-                          unused_setting_warnings)
+from environments import (FRAME_SKIP, EnvSpec, canonical_env_id, is_atari, make_envs,
+                          probe_spec, unused_setting_warnings)
 from networks import (build_actor, build_critic, head_sizes, learning_rates, lstm_state_placeholders,
                       lstm_step, lstm_unroll, make_optimizers, mean_gradient_update, network_input,
                       observation_statistics_update, optimizer_groups, scaled_observations,
@@ -1171,6 +1171,8 @@ def main(argv=None, command_line: bool = False) -> int:
     """command_line: the process is `python a3c.py ...` itself (local:N may then replace it by
     the launcher)."""
     args = parse_args(argv)
+    if args.env is not None:
+        args.env = canonical_env_id(args.env)
     if threading.current_thread() is threading.main_thread():
         # Ctrl-C, `kill`, and a closed terminal or dropped ssh session stop the run cleanly; a
         # signal the caller ignores (`nohup` ignores SIGHUP) stays ignored

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib
 import os
 import re
 import warnings
@@ -64,6 +65,20 @@ def is_mujoco(env_id: str) -> bool:
     """Whether gymnasium registers env_id as one of its MuJoCo envs (HalfCheetah-v5, ...)."""
     registered = gym.envs.registry.get(env_id)
     return registered is not None and "mujoco" in str(registered.entry_point)
+
+
+def canonical_env_id(env_id: str) -> str:
+    """"module:Name" where Name is an Atari or MuJoCo id (ale_py:ALE/Pong-v5) is Name, which
+    gymnasium registers without the import: their presets, frames and drawing go by that name.
+    Any other id stays as it is (a plugin's module must be imported again by --eval and --resume)."""
+    if ":" not in env_id:
+        return env_id
+    module, name = env_id.split(":", 1)
+    try:
+        importlib.import_module(module)
+    except Exception:  # make_env refuses the id in one line
+        return env_id
+    return name if is_atari(name) or is_mujoco(name) else env_id
 
 
 def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False, screen: str = None):

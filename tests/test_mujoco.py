@@ -192,6 +192,26 @@ def test_bad_normaliser_settings_are_refused(argv, words, tmp_path, capsys):
                    *words)
 
 
+def test_a_mujoco_or_atari_id_given_with_its_module_is_run_as_the_id_itself(tmp_path, capsys):
+    """"gymnasium.envs.mujoco:Hopper-v5" trained without Hopper's preset (no normalize_obs), and
+    its --record could not draw: they go by the id. A plugin's id keeps its module, which --eval
+    and --resume must import again."""
+    assert environments.canonical_env_id("ale_py:ALE/Pong-v5") == "ALE/Pong-v5"
+    plain = "gymnasium.envs.classic_control:CartPole-v1"
+    assert environments.canonical_env_id(plain) == plain
+    assert environments.canonical_env_id("no_such_module:Hopper-v5") == "no_such_module:Hopper-v5"
+    assert a3c.main(["--env", "gymnasium.envs.mujoco:Hopper-v5", "--workers", "1", "--max-steps",
+                     "200", "--set", "envs_per_worker=1", "--set", "best_trial_episodes=0",
+                     "--no-plot", "--results-dir", str(tmp_path)]) == 0
+    assert "the Hopper-v5 preset" in capsys.readouterr().out
+    (run_dir,) = [os.path.join(tmp_path, "Hopper-v5", run) for run in
+                  os.listdir(os.path.join(tmp_path, "Hopper-v5"))]
+    with open(os.path.join(run_dir, "config.json")) as f:
+        saved = json.load(f)
+    assert saved["env"] == "Hopper-v5"
+    assert saved["config"]["normalize_obs"] and saved["config"]["reward_scale"] == 0.1
+
+
 def test_making_mujoco_envs_writes_no_log_file_and_no_deprecation_warnings(tmp_path, monkeypatch,
                                                                            capfd):
     """MuJoCo 3.3+ warns of an attribute of gymnasium's own model files for every env made, to
