@@ -16,8 +16,8 @@ from best_agent import (EVAL_SEED, GreedyPlayer, SampledPlayer, lr_fraction_of, 
 from checkpoints import read_run, restore_checkpoint
 from console import UsageError, counted, tenths, warn
 from environments import ATARI_STEPS_PER_S, env_spec, is_atari, make_envs
-from recording import Drawing, save_animation
-from runlog import display_available
+from recording import Drawing, named_display, save_animation
+from runlog import display_answers, display_available
 from sessions import open_session, tf, v1
 
 
@@ -32,9 +32,11 @@ def evaluate(run_dir: str, build_net, episodes: int = 10, render: bool = False,
         raise UsageError("--render and --record do not go together: --render shows the "
                          "episodes in a window, --record writes episode.gif; choose one")
     env_id, cfg = read_run(run_dir)
-    if render and not display_available():  # pygame would crash the process, not raise
-        raise UsageError("--render needs a display and none is set (DISPLAY or WAYLAND_DISPLAY); "
-                         "use --record to write episode.gif instead")
+    if render and not display_answers():  # pygame would crash the process, not raise
+        raise UsageError("--render needs a display and " + (
+            f"the one named ({named_display()}) does not answer" if display_available() else
+            "none is set (DISPLAY or WAYLAND_DISPLAY)") + "; use --record to write episode.gif "
+                         "instead")
     checkpoint, played = pick_checkpoint(run_dir, checkpoint)
     render_mode = "human" if render else ("rgb_array" if record else None)
     if render_mode == "rgb_array":

@@ -264,6 +264,19 @@ def display_available() -> bool:
     return True
 
 
+def display_answers() -> bool:
+    """display_available, and on Linux the display named answers: one left in DISPLAY by a
+    closed ssh -X or tmux session names none, and pygame's window would crash the process on it.
+    matplotlib's check connects to the display (its backend choice uses it)."""
+    if not display_available() or not sys.platform.startswith("linux"):
+        return display_available()
+    try:
+        from matplotlib import _c_internal_utils
+        return bool(_c_internal_utils.display_is_valid())
+    except (ImportError, AttributeError):  # a matplotlib without the check: the variables' word
+        return True
+
+
 def plot_rewards(run_dir: str, env_id: str, show: bool) -> str:
     """rewards.png: raw returns and the mean-100 against episodes and against env steps."""
     import matplotlib

@@ -1003,13 +1003,19 @@ def test_ctrl_c_on_the_plot_window_closes_it_and_the_run_ends_normally(tmp_path,
     assert code == 0 and "interrupted" not in err
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--render", "--record"], ["--render and --record do not go together"]),
-    (["--render"], ["--render needs a display"]),
+@pytest.mark.parametrize("display, argv, words", [
+    (None, ["--render", "--record"], ["--render and --record do not go together"]),
+    (None, ["--render"], ["--render needs a display and none is set"]),
+    # one a closed ssh -X or tmux session left behind: pygame's window crashed the process
+    (":4093", ["--render"], ["--render needs a display and the one named (:4093) does not answer",
+                             "--record"]),
 ])
-def test_eval_refuses_to_render_where_it_cannot(argv, words, trained_run, capsys, monkeypatch):
+def test_eval_refuses_to_render_where_it_cannot(display, argv, words, trained_run, capsys,
+                                                 monkeypatch):
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    if display is not None:
+        monkeypatch.setenv("DISPLAY", display)
     refused(["--eval", trained_run] + argv, capsys, *words)
 
 
