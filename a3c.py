@@ -38,7 +38,8 @@ import typing
 from console import quiet_ctrl_c_while_starting  # (the standard library only: imports at once)
 
 if __name__ == "__main__":
-    quiet_ctrl_c_while_starting("a3c.py")  # main() puts the training handler in
+    # main() puts the training handlers in
+    quiet_ctrl_c_while_starting("a3c.py", also=("SIGTERM", "SIGHUP"))
 
 import numpy as np
 

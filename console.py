@@ -10,11 +10,14 @@ import sys
 import time
 
 
-def quiet_ctrl_c_while_starting(program: str) -> bool:
+def quiet_ctrl_c_while_starting(program: str, also: tuple = ()) -> bool:
     """A script's imports take seconds (TensorFlow's): a Ctrl-C then ends it with one line and
     status 130, not a traceback, written to a copy of stderr, which sessions.py silences during
     TensorFlow's import. Only where Ctrl-C is Python's own: a start that ignores SIGINT keeps
-    ignoring it. True if it took SIGINT; the script puts its own handler in once it has imported."""
+    ignoring it. also: the names of other signals to take so while they have their default
+    action (SIGTERM ended a3c.py silently with 143), for a script that puts in handlers of its
+    own for them too. True if it took SIGINT; the script puts its own handler in once it has
+    imported."""
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return False
     try:
@@ -30,6 +33,10 @@ def quiet_ctrl_c_while_starting(program: str) -> bool:
             pass
         raise SystemExit(130)
     signal.signal(signal.SIGINT, stopped_while_starting)
+    for name in also:
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is signal.SIG_DFL:
+            signal.signal(number, stopped_while_starting)
     return True
 
 

@@ -776,9 +776,9 @@ def test_the_worker_trains_at_the_annealed_rate_the_log_gives(tmp_path):
     assert moved == {0.0: False, 1.0: True}
 
 
-def ctrl_c_while_starting(script: str, *args: str) -> tuple[int, str]:
-    """(exit status, stderr) of `python script args` given a Ctrl-C 0.8 s after its start,
-    inside its imports (conftest gives the process SIGINT's default)."""
+def ctrl_c_while_starting(script: str, *args: str, stop_signal: str = "SIGINT") -> tuple[int, str]:
+    """(exit status, stderr) of `python script args` given a Ctrl-C (or stop_signal) 0.8 s after
+    its start, inside its imports (conftest gives the process SIGINT's default)."""
     import signal
     import subprocess
     import sys
@@ -788,20 +788,22 @@ def ctrl_c_while_starting(script: str, *args: str) -> tuple[int, str]:
                                stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(0.8)  # past Python's start, inside the imports
-        process.send_signal(signal.SIGINT)
+        process.send_signal(getattr(signal, stop_signal))
         _, err = process.communicate(timeout=60)
     finally:
         process.kill()
     return process.returncode, err
 
 
-def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(tmp_path):
+@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(stop_signal, tmp_path):
     """`import tensorflow` takes seconds: a Ctrl-C then ends the process with a line, not a
-    traceback through the imports."""
+    traceback through the imports; and a SIGTERM as a Ctrl-C, as later in the run (it ended the
+    process silently, with status 143)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code, err = ctrl_c_while_starting(os.path.join(root, "a3c.py"), "--env", "CartPole-v1",
                                       "--no-plot", "--max-steps", "2000", "--results-dir",
-                                      str(tmp_path / "runs"))
+                                      str(tmp_path / "runs"), stop_signal=stop_signal)
     assert code == 130, err
     assert err.strip() == "a3c.py: interrupted while starting: nothing was written", err
     assert not (tmp_path / "runs").exists()
