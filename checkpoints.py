@@ -21,7 +21,7 @@ import numpy as np
 
 import config as config_module
 from config import Config
-from console import UsageError, counted, first_line, is_ctrl_c, warn
+from console import UsageError, attempt, counted, first_line, is_ctrl_c, warn
 from runlog import (MEND_EPISODES, AnnealStart, RunHistory, anneal_used, annealed_fraction,
                     budget_used, read_episodes)
 from sessions import tf, v1, versions
@@ -66,6 +66,7 @@ class Checkpoints:
         # relative paths in the index: a run folder that is moved reads its own files
         self.saver = v1.train.Saver(var_list=shared, max_to_keep=cfg.keep_checkpoints,
                                     save_relative_paths=True)
+        self.keep, self.beyond_keep = cfg.keep_checkpoints, []
         self.shared = shared
         self.slots = [v for v in shared if "/RMSProp" in v.op.name]
         self.before_save = before_save
@@ -79,6 +80,9 @@ class Checkpoints:
                      dict(zip(self.records_in, (env_steps, wall_s, lr_fraction))))
             self.saver.save(sess, os.path.join(self.folder, "model"), global_step=env_steps,
                             write_meta_graph=False)  # nothing reads it; it is ~1 MB and GIL-bound
+            for stale in self.beyond_keep:  # once a newer one is written, not before
+                attempt(f"remove the checkpoint {stale}", v1.train.remove_checkpoint, stale)
+            self.beyond_keep = []
 
     def restore(self, sess) -> tuple[int, float]:
         """Restore the latest checkpoint; returns its env step count and training seconds (0 for
@@ -89,7 +93,8 @@ class Checkpoints:
         if set(missing) - {WALL_VARIABLE, LR_FRACTION_VARIABLE}:
             warn(f"{checkpoint} holds no RMSProp averages (written before they were saved): "
                  f"the optimisers start theirs afresh")
-        adopt_checkpoints(self.saver, self.folder)  # so that keep_checkpoints counts them too
+        # so that keep_checkpoints counts them too
+        self.beyond_keep = adopt_checkpoints(self.saver, self.folder, self.keep)
         env_steps, wall_s = sess.run([self.env_steps, self.wall_s])
         return int(env_steps), float(wall_s)
 
@@ -102,12 +107,16 @@ def run_record(name: str, dtype, initializer) -> tuple:
     return variable, value_in, variable.assign(value_in)
 
 
-def adopt_checkpoints(saver, folder: str) -> None:
-    """Make saver count the checkpoints already in folder (named inside it, wherever the index
-    says they were written), so that its max_to_keep deletes them in turn."""
+def adopt_checkpoints(saver, folder: str, keep: int) -> list:
+    """Make saver count the newest `keep` checkpoints already in folder (named inside it,
+    wherever the index says they were written), so that its max_to_keep deletes them in turn;
+    the older ones, beyond keep (a resume told to keep fewer: the saver would delete only one a
+    save), are returned for the caller to delete."""
     state = v1.train.get_checkpoint_state(folder)
-    saver.recover_last_checkpoints([os.path.join(folder, os.path.basename(p))
-                                    for p in (state.all_model_checkpoint_paths if state else [])])
+    paths = [os.path.join(folder, os.path.basename(p))
+             for p in (state.all_model_checkpoint_paths if state else [])]
+    saver.recover_last_checkpoints(paths[-keep:])
+    return paths[:-keep]
 
 
 def run_folder_of(folder: str) -> str:

@@ -387,6 +387,23 @@ def test_a_moved_run_folder_can_still_be_evaluated_and_resumed(tmp_path, capsys)
         assert str(tmp_path) not in f.read(), "the index names its files relative to itself"
 
 
+def test_a_resume_told_to_keep_fewer_checkpoints_keeps_that_many(trained_run, tmp_path):
+    """TensorFlow's Saver deletes one old checkpoint a save: a resume with keep_checkpoints
+    lowered from 2 to 1 kept both older ones as well."""
+    run = str(copy_run(trained_run, tmp_path / "run"))
+    folder = os.path.join(run, checkpoints.CHECKPOINT_FOLDER)
+    assert len(glob.glob(os.path.join(folder, "model-*.index"))) == 2
+    assert a3c.main(["--resume", run, "--max-steps", "14000", "--set", "keep_checkpoints=1",
+                     "--no-plot"]) == 0
+    (kept,) = glob.glob(os.path.join(folder, "model-*.index"))
+    assert kept[:-len(".index")] == checkpoints.latest_checkpoint(folder)
+    assert glob.glob(os.path.join(folder, "model-*.data-*")) == [
+        kept.replace(".index", ".data-00000-of-00001")]
+    state = sessions.v1.train.get_checkpoint_state(folder)
+    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
+        os.path.basename(kept)[:-len(".index")]]
+
+
 def test_eval_refuses_a_corrupt_checkpoint(trained_run, tmp_path, capsys):
     run = copy_run(trained_run, tmp_path / "run")
     for data in glob.glob(os.path.join(run, checkpoints.CHECKPOINT_FOLDER, "**", "*.data-*"), recursive=True):
