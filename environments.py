@@ -78,7 +78,14 @@ def canonical_env_id(env_id: str) -> str:
         importlib.import_module(module)
     except Exception:  # make_env refuses the id in one line
         return env_id
-    return name if is_atari(name) or is_mujoco(name) else env_id
+    registered = gym.registry.get(name)
+    # gymnasium's own MuJoCo envs by their names, and ale-py's games: a plugin's env (its own
+    # Hopper-v5, its MyAnt-v0 in a module named mujoco) keeps its module
+    own = registered is not None and (
+        str(registered.entry_point).startswith("ale_py") if is_atari(name) else
+        config_module.is_mujoco_id(name)
+        and str(registered.entry_point).startswith("gymnasium.envs.mujoco"))
+    return name if own else env_id
 
 
 def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False, screen: str = None):

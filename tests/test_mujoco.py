@@ -212,6 +212,20 @@ def test_a_mujoco_or_atari_id_given_with_its_module_is_run_as_the_id_itself(tmp_
     assert saved["config"]["normalize_obs"] and saved["config"]["reward_scale"] == 0.1
 
 
+def test_a_plugins_own_env_keeps_its_module_whatever_it_is_named(tmp_path, monkeypatch):
+    """Its module must be imported again by --eval and --resume: a plugin's env whose entry point
+    says mujoco, or one with a MuJoCo env's name, is not gymnasium's (which dropped its module)."""
+    (tmp_path / "a3c_test_mujoco_plugin.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register('A3CTestMyAnt-v0', entry_point='a3c_test_mujoco_plugin.mujoco:Ant')\n"
+        "gymnasium.register('A3CTestHopper-v5', entry_point=gymnasium.spec('Hopper-v5').entry_point)\n"
+        "gymnasium.register('Ant-v99', entry_point='a3c_test_mujoco_plugin:Ant')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("A3CTestMyAnt-v0", "A3CTestHopper-v5", "Ant-v99"):
+        plugin_id = f"a3c_test_mujoco_plugin:{name}"
+        assert environments.canonical_env_id(plugin_id) == plugin_id
+
+
 def test_making_mujoco_envs_writes_no_log_file_and_no_deprecation_warnings(tmp_path, monkeypatch,
                                                                            capfd):
     """MuJoCo 3.3+ warns of an attribute of gymnasium's own model files for every env made, to
