@@ -391,7 +391,7 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
     used = anneal_used(cfg, episodes, finished_steps, env_steps)
     reached = earlier_reached = 1.0
     if before.anneal_lr:
-        last_start = earlier.get("resumed", [{}])[-1].get("anneal_start", {})
+        last_start = (earlier.get("resumed") or [{}])[-1].get("anneal_start", {})
         reached = earlier_reached = annealed_fraction(used_before, AnnealStart(**last_start))
         if cfg.anneal_lr and used < used_before:  # a longer schedule
             reached = max(reached, 1.0 - used)

@@ -528,7 +528,7 @@ def parse_value(name: str, text: str):
             raise ValueError
         if "int" in kind:  # "1e6" too; digits exactly, past float's 2**53
             number = int(text) if text.lstrip("+-").isdigit() else float(text)
-            if not float(number).is_integer():
+            if isinstance(number, float) and not number.is_integer():
                 raise ValueError
             return None if number == 0 and name in NO_LIMIT_FIELDS else int(number)
         if "float" in kind:

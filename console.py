@@ -18,7 +18,11 @@ def quiet_ctrl_c_while_starting(program: str, also: tuple = ()) -> bool:
     action (SIGTERM ended a3c.py silently with 143), for a script that puts in handlers of its
     own for them too. True if it took SIGINT; the script puts its own handler in once it has
     imported."""
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    takes_sigint = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    taken = ([signal.SIGINT] if takes_sigint else []) + [  # (a background job ignores SIGINT)
+        number for number in (getattr(signal, name, None) for name in also)
+        if number is not None and signal.getsignal(number) is signal.SIG_DFL]
+    if not taken:
         return False
     try:
         stderr_at_start = os.dup(2)
@@ -32,12 +36,9 @@ def quiet_ctrl_c_while_starting(program: str, also: tuple = ()) -> bool:
         except OSError:  # (no console left to tell)
             pass
         raise SystemExit(130)
-    signal.signal(signal.SIGINT, stopped_while_starting)
-    for name in also:
-        number = getattr(signal, name, None)
-        if number is not None and signal.getsignal(number) is signal.SIG_DFL:
-            signal.signal(number, stopped_while_starting)
-    return True
+    for number in taken:
+        signal.signal(number, stopped_while_starting)
+    return takes_sigint
 
 
 class UsageError(Exception):

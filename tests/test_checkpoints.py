@@ -363,6 +363,18 @@ def test_a_config_json_edited_to_values_of_the_wrong_type_is_refused(edit, words
     assert sorted(os.listdir(run)) == before
 
 
+def test_a_config_json_with_an_empty_list_of_resumes_resumes(trained_run, tmp_path):
+    """(An annealed run's resume read the last of them: IndexError.)"""
+    run = str(copy_run(trained_run, tmp_path / "run"))
+    with open(os.path.join(run, "config.json")) as f:
+        saved = json.load(f)
+    assert saved["config"]["anneal_lr"]
+    saved["resumed"] = []
+    with open(os.path.join(run, "config.json"), "w") as f:
+        json.dump(saved, f)
+    assert a3c.main(["--resume", run, "--max-steps", "13000", "--no-plot"]) == 0
+
+
 def test_eval_refuses_a_run_without_checkpoints(trained_run, tmp_path, capsys):
     empty_run = tmp_path / "run"
     empty_run.mkdir()
@@ -793,34 +805,50 @@ def test_the_worker_trains_at_the_annealed_rate_the_log_gives(tmp_path):
     assert moved == {0.0: False, 1.0: True}
 
 
-def ctrl_c_while_starting(script: str, *args: str, stop_signal: str = "SIGINT") -> tuple[int, str]:
-    """(exit status, stderr) of `python script args` given a Ctrl-C (or stop_signal) 0.8 s after
-    its start, inside its imports (conftest gives the process SIGINT's default)."""
+def ctrl_c_while_starting(script: str, *args: str, stop_signal: str = "SIGINT",
+                          ignoring_sigint: bool = False) -> tuple[int, str]:
+    """(exit status, stderr) of `python script args` given a Ctrl-C (or stop_signal) inside its
+    imports, once it handles the signal (conftest gives the process SIGINT's default;
+    ignoring_sigint: started as a shell starts a background job)."""
     import signal
     import subprocess
     import sys
     import time
 
+    number = getattr(signal, stop_signal)
     process = subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=(
+                                   lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                               if ignoring_sigint else None)
     try:
         time.sleep(0.8)  # past Python's start, inside the imports
-        process.send_signal(getattr(signal, stop_signal))
+        # a loaded host may not be there yet: wait until it catches the signal (Python catches
+        # SIGINT from its own start; a3c.py the others from its first lines)
+        status, deadline = f"/proc/{process.pid}/status", time.time() + 20
+        while stop_signal != "SIGINT" and os.path.exists(status) and time.time() < deadline:
+            with open(status) as f:
+                caught = [int(line.split()[1], 16) for line in f if line.startswith("SigCgt:")]
+            if caught and caught[0] >> (number - 1) & 1:
+                break
+            time.sleep(0.01)
+        process.send_signal(number)
         _, err = process.communicate(timeout=60)
     finally:
         process.kill()
     return process.returncode, err
 
 
-@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
-def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(stop_signal, tmp_path):
+@pytest.mark.parametrize("stop_signal, ignoring_sigint", [
+    ("SIGINT", False), ("SIGTERM", False), ("SIGTERM", True)])
+def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(stop_signal, ignoring_sigint, tmp_path):
     """`import tensorflow` takes seconds: a Ctrl-C then ends the process with a line, not a
     traceback through the imports; and a SIGTERM as a Ctrl-C, as later in the run (it ended the
-    process silently, with status 143)."""
+    process silently, with status 143), also in a background job (which ignores SIGINT)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code, err = ctrl_c_while_starting(os.path.join(root, "a3c.py"), "--env", "CartPole-v1",
                                       "--no-plot", "--max-steps", "2000", "--results-dir",
-                                      str(tmp_path / "runs"), stop_signal=stop_signal)
+                                      str(tmp_path / "runs"), stop_signal=stop_signal,
+                                      ignoring_sigint=ignoring_sigint)
     assert code == 130, err
     assert err.strip() == "a3c.py: interrupted while starting: nothing was written", err
     assert not (tmp_path / "runs").exists()

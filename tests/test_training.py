@@ -367,6 +367,7 @@ def test_cli_refuses_unsupported_spaces_naming_env_and_space(env_id, words, caps
     (["--set", "workers=1e20"], ["workers must be <= 1024"]),
     (["--set", "n_steps=1e12"], ["n_steps must be at most 2,147,483,647"]),  # (int32 in the graph)
     (["--max-steps", "1e30"], ["max_steps must be at most 9,223,372,036,854,775,807"]),
+    (["--max-steps", "9" * 400], ["max_steps must be at most"]),  # (past float's range)
     (["--max-steps", "-5"], ["--max-steps -5: must be >= 0"]),
     (["--max-episodes", "0", "--max-steps", "0"], ["never ends"]),
     (["--set", "max_episodes=0", "--set", "max_steps=none"], ["never ends"]),
