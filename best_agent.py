@@ -480,8 +480,8 @@ def play_episodes(env, player, episodes: int, record: bool,
     (GymEnvs or AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first
     episode's frames when recording. actions: a list that gets each episode's actions, as the
     env got them (for a replay that draws, recording.draw_in_child). An episode still going
-    after the larger of step_limit (the run's max_episode_steps) and TRIAL_STEP_LIMIT steps is
-    cut there, with a warning: an env without a time limit may never end one."""
+    after the larger of step_limit (the run's or the env's time limit) and TRIAL_STEP_LIMIT steps
+    is cut there, with a warning: an env without a time limit may never end one."""
     step_limit = max(step_limit or 0, TRIAL_STEP_LIMIT)
     returns, frames, cut = [], [], 0
     for episode in range(episodes):

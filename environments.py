@@ -88,6 +88,13 @@ def canonical_env_id(env_id: str) -> str:
     return name if own else env_id
 
 
+def registered_time_limit(env_id: str):
+    """The time limit gymnasium registers env_id with (module:Name: Name's, once imported), or
+    None."""
+    registered = gym.registry.get(env_id.split(":", 1)[-1])
+    return None if registered is None else registered.max_episode_steps
+
+
 def make_envs(env_id: str, cfg: Config, count: int, greedy: bool = False, screen: str = None):
     """count environments of env_id as one batch (AtariEnvs for ALE ids, else GymEnvs);
     greedy and screen: for a deterministic policy's play, Atari only (see AtariEnvs)."""

@@ -235,3 +235,4 @@ for name, cls in (("Countdown", CountdownEnv), ("Cue", CueEnv), ("PickOne", Pick
                   ("InterruptsTheFinalTrials", InterruptsTheFinalTrialsEnv), ("Endless", EndlessEnv)):
     gym.register(f"A3CTest/{name}-v0", entry_point=cls)
 gym.register("A3CTest/Staggered-v0", entry_point=StaggeredEnv, max_episode_steps=5)
+gym.register("A3CTest/EndlessTo400-v0", entry_point=EndlessEnv, max_episode_steps=400)

@@ -130,6 +130,16 @@ def test_eval_cuts_an_episode_of_an_env_without_a_time_limit_and_says_so(tmp_pat
     assert "2 of the 2 episodes were still going after 300 steps and were cut there" in err
 
 
+def test_eval_plays_an_episode_to_the_envs_own_time_limit_past_the_cap(tmp_path, monkeypatch,
+                                                                         capsys):
+    summary, _ = train("A3CTest/EndlessTo400-v0", tmp_path, max_episodes=None, max_steps=400,
+                       best_trial_episodes=0)
+    monkeypatch.setattr(best_agent, "TRIAL_STEP_LIMIT", 300)  # below the env's 400
+    capsys.readouterr()
+    result = a3c.evaluate(summary["run_dir"], episodes=1, checkpoint="latest")
+    assert result["returns"] == [400.0] and "cut there" not in capsys.readouterr().err
+
+
 class RecordedSampledPlayer(best_agent.SampledPlayer):
     """A SampledPlayer that keeps the fraction each one was made with (the tests below put it
     into evaluation.py)."""
