@@ -507,5 +507,5 @@ def play_episodes(env, player, episodes: int, record: bool,
     if cut:
         warn(f"{cut} of the {episodes} episodes were still going after {step_limit:,} steps "
              f"and were cut there, their returns so far counted (the cap on an episode's "
-             f"length where the run sets none: an env without a time limit may never end one)")
+             f"length: an env without a time limit may never end one)")
     return returns, frames

@@ -816,32 +816,35 @@ def test_the_worker_trains_at_the_annealed_rate_the_log_gives(tmp_path):
 
 
 def ctrl_c_while_starting(script: str, *args: str, stop_signal: str = "SIGINT",
-                          ignoring_sigint: bool = False) -> tuple[int, str]:
+                          ignoring_sigint: bool = False, ready: str = None) -> tuple[int, str]:
     """(exit status, stderr) of `python script args` given a Ctrl-C (or stop_signal) inside its
-    imports, once it handles the signal (conftest gives the process SIGINT's default;
-    ignoring_sigint: started as a shell starts a background job)."""
+    imports (conftest gives the process SIGINT's default; ignoring_sigint: started as a shell
+    starts a background job): once it catches the signal named by ready (a3c.py's SIGTERM, put
+    in with its quiet SIGINT: Python catches SIGINT from its own start), else 0.8 s after it
+    starts."""
     import signal
     import subprocess
     import sys
     import time
 
-    number = getattr(signal, stop_signal)
-    process = subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, preexec_fn=(
-                                   lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-                               if ignoring_sigint else None)
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignoring_sigint else None
+    try:  # (an ignored signal stays ignored across exec: no preexec_fn, unsafe with threads)
+        process = subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+    finally:
+        if ignoring_sigint:
+            signal.signal(signal.SIGINT, ignored)
     try:
-        time.sleep(0.8)  # past Python's start, inside the imports
-        # a loaded host may not be there yet: wait until it catches the signal (Python catches
-        # SIGINT from its own start; a3c.py the others from its first lines)
         status, deadline = f"/proc/{process.pid}/status", time.time() + 20
-        while stop_signal != "SIGINT" and os.path.exists(status) and time.time() < deadline:
+        while ready is not None and os.path.exists(status) and time.time() < deadline:
             with open(status) as f:
                 caught = [int(line.split()[1], 16) for line in f if line.startswith("SigCgt:")]
-            if caught and caught[0] >> (number - 1) & 1:
+            if caught and caught[0] >> (getattr(signal, ready) - 1) & 1:
                 break
             time.sleep(0.01)
-        process.send_signal(number)
+        else:
+            time.sleep(0.8)  # past Python's start, inside the imports
+        process.send_signal(getattr(signal, stop_signal))
         _, err = process.communicate(timeout=60)
     finally:
         process.kill()
@@ -858,7 +861,7 @@ def test_ctrl_c_while_tensorflow_loads_stops_in_one_line(stop_signal, ignoring_s
     code, err = ctrl_c_while_starting(os.path.join(root, "a3c.py"), "--env", "CartPole-v1",
                                       "--no-plot", "--max-steps", "2000", "--results-dir",
                                       str(tmp_path / "runs"), stop_signal=stop_signal,
-                                      ignoring_sigint=ignoring_sigint)
+                                      ignoring_sigint=ignoring_sigint, ready="SIGTERM")
     assert code == 130, err
     assert err.strip() == "a3c.py: interrupted while starting: nothing was written", err
     assert not (tmp_path / "runs").exists()

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from PIL import Image
@@ -221,9 +222,15 @@ def test_a_plugins_own_env_keeps_its_module_whatever_it_is_named(tmp_path, monke
         "gymnasium.register('A3CTestHopper-v5', entry_point=gymnasium.spec('Hopper-v5').entry_point)\n"
         "gymnasium.register('Ant-v99', entry_point='a3c_test_mujoco_plugin:Ant')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("A3CTestMyAnt-v0", "A3CTestHopper-v5", "Ant-v99"):
-        plugin_id = f"a3c_test_mujoco_plugin:{name}"
-        assert environments.canonical_env_id(plugin_id) == plugin_id
+    names = ("A3CTestMyAnt-v0", "A3CTestHopper-v5", "Ant-v99")
+    try:
+        for name in names:
+            plugin_id = f"a3c_test_mujoco_plugin:{name}"
+            assert environments.canonical_env_id(plugin_id) == plugin_id
+    finally:  # (Ant-v99 would make the tests' Ant-v5 "out of date")
+        for name in names:
+            gym.registry.pop(name, None)
+        sys.modules.pop("a3c_test_mujoco_plugin", None)
 
 
 def test_making_mujoco_envs_writes_no_log_file_and_no_deprecation_warnings(tmp_path, monkeypatch,
