@@ -19,7 +19,7 @@ from checkpoints import (CHECKPOINT_FOLDER, ENV_ID_VARIABLE, LR_FRACTION_VARIABL
                          latest_checkpoint, run_folder_of, write_atomically)
 from config import Config
 from console import UsageError, attempt, first_line, tenths, warn
-from environments import EnvSpec, make_envs
+from environments import EnvSpec, make_envs, registered_time_limit
 from recording import RECORD_FRAME_LIMIT
 from runlog import RUNNING_WINDOW
 from sessions import session_callable, tf, v1
@@ -79,6 +79,7 @@ class BestCheckpoint:
         self.unwritten = None  # the label of a best not yet on disk (its write failed)
         self.pending = None    # the label of a candidate copied but not yet tried
         self.trial_episodes = cfg.best_trial_episodes
+        self.trial_step_limit = episode_step_limit(env_id, cfg)
         self.obs_dtype = spec.obs_dtype
         self.snapshot_to_candidate = tf.group(*[c.assign(s) for c, s in zip(candidate, snapshot)])
         self.best_score = best_score(self.on_disk) if self.on_disk else -math.inf
@@ -211,7 +212,8 @@ class BestCheckpoint:
 
     def play(self, should_stop) -> typing.Optional[float]:
         """The candidate's trial score (None if should_stop() said so first)."""
-        return play_trial(self.trial_envs, self.greedy, self.obs_dtype, should_stop)
+        return play_trial(self.trial_envs, self.greedy, self.obs_dtype, should_stop,
+                          self.trial_step_limit)
 
     def write(self, sess) -> bool:
         """Write the best not yet on disk; True if it did. At every instant best/ holds a whole,
@@ -450,15 +452,21 @@ def refuse_another_runs(run_dir: str, which: str, path: str) -> None:
                          f"{run_dir}: play it with --eval {owner} --checkpoint {which}")
 
 
-def play_trial(envs, greedy: GreedyPlayer, obs_dtype, should_stop=lambda: False
-               ) -> typing.Optional[float]:
+def episode_step_limit(env_id: str, cfg: Config) -> int:
+    """The steps a trial or --eval plays of an episode at most: TRIAL_STEP_LIMIT, or the run's or
+    the env's own time limit where it is longer (an env without one may never end an episode)."""
+    return max(TRIAL_STEP_LIMIT, cfg.max_episode_steps or registered_time_limit(env_id) or 0)
+
+
+def play_trial(envs, greedy: GreedyPlayer, obs_dtype, should_stop=lambda: False,
+               step_limit: int = None) -> typing.Optional[float]:
     """A best-agent trial: the mean raw return of one episode in each of the envs, all stepped
     together from the trial start states (None if should_stop() said so first). An episode still
-    going after TRIAL_STEP_LIMIT steps (an env without a time limit) counts as cut there."""
+    going after step_limit steps (TRIAL_STEP_LIMIT if None) counts as cut there."""
     obs = envs.reset(TRIAL_SEED + np.arange(len(envs))).astype(obs_dtype)  # as fed
     greedy.start()
     returns, playing = np.zeros(len(envs)), np.ones(len(envs), bool)
-    for _ in range(TRIAL_STEP_LIMIT):
+    for _ in range(step_limit or TRIAL_STEP_LIMIT):
         if not playing.any():
             break
         if should_stop():
@@ -480,9 +488,9 @@ def play_episodes(env, player, episodes: int, record: bool,
     (GymEnvs or AtariEnvs), episode k from seed first_seed + k: their raw returns, and the first
     episode's frames when recording. actions: a list that gets each episode's actions, as the
     env got them (for a replay that draws, recording.draw_in_child). An episode still going
-    after the larger of step_limit (the run's or the env's time limit) and TRIAL_STEP_LIMIT steps
-    is cut there, with a warning: an env without a time limit may never end one."""
-    step_limit = max(step_limit or 0, TRIAL_STEP_LIMIT)
+    after step_limit steps (TRIAL_STEP_LIMIT if None; episode_step_limit) is cut there, with a
+    warning: an env without a time limit may never end one."""
+    step_limit = step_limit or TRIAL_STEP_LIMIT
     returns, frames, cut = [], [], 0
     for episode in range(episodes):
         obs = env.reset([first_seed + episode])

@@ -11,12 +11,11 @@ import sys
 import gymnasium as gym
 import numpy as np
 
-from best_agent import (EVAL_SEED, GreedyPlayer, SampledPlayer, lr_fraction_of, pick_checkpoint,
-                        play_episodes)
+from best_agent import (EVAL_SEED, GreedyPlayer, SampledPlayer, episode_step_limit,
+                        lr_fraction_of, pick_checkpoint, play_episodes)
 from checkpoints import read_run, restore_checkpoint
 from console import UsageError, counted, tenths, warn
-from environments import (ATARI_STEPS_PER_S, env_spec, is_atari, make_envs,
-                          registered_time_limit)
+from environments import ATARI_STEPS_PER_S, env_spec, is_atari, make_envs
 from recording import Drawing, named_display, save_animation
 from runlog import display_answers, display_available
 from sessions import open_session, tf, v1
@@ -81,8 +80,8 @@ def evaluate(run_dir: str, build_net, episodes: int = 10, render: bool = False,
     actions = [] if replays else None
     try:
         returns, frames = play_episodes(env, player, episodes, record and not replays,
-                                        actions=actions, step_limit=cfg.max_episode_steps
-                                        or registered_time_limit(env_id))
+                                        actions=actions,
+                                        step_limit=episode_step_limit(env_id, cfg))
     except gym.error.DependencyNotInstalled as exc:
         raise UsageError(f"{env_id} cannot render: {exc}") from None
     finally:

@@ -140,6 +140,13 @@ def test_eval_plays_an_episode_to_the_envs_own_time_limit_past_the_cap(tmp_path,
     assert result["returns"] == [400.0] and "cut there" not in capsys.readouterr().err
 
 
+def test_the_best_agent_trials_play_an_episode_to_the_envs_own_time_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(best_agent, "TRIAL_STEP_LIMIT", 300)  # below the env's 400
+    summary, _ = train("A3CTest/EndlessTo400-v0", tmp_path, max_episodes=110, best_trial_episodes=1)
+    with open(os.path.join(summary["run_dir"], "checkpoints", "best", "best.json")) as f:
+        assert json.load(f)["score"] == 400.0
+
+
 class RecordedSampledPlayer(best_agent.SampledPlayer):
     """A SampledPlayer that keeps the fraction each one was made with (the tests below put it
     into evaluation.py)."""
