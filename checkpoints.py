@@ -84,9 +84,9 @@ class Checkpoints:
                 attempt(f"remove the checkpoint {stale}", v1.train.remove_checkpoint, stale)
             self.beyond_keep = []
 
-    def restore(self, sess) -> tuple[int, float]:
-        """Restore the latest checkpoint; returns its env step count and training seconds (0 for
-        a checkpoint written before they were saved)."""
+    def restore(self, sess) -> tuple[int, float, float]:
+        """Restore the latest checkpoint; returns its env step count, training seconds and
+        learning rates' fraction (0 and 1 for a checkpoint written before they were saved)."""
         checkpoint = latest_checkpoint(self.folder)
         missing = restore_checkpoint(sess, self.saver, checkpoint, self.shared, self.env_id,
                                      optional=[*self.slots, self.wall_s, self.lr_fraction])
@@ -95,8 +95,8 @@ class Checkpoints:
                  f"the optimisers start theirs afresh")
         # so that keep_checkpoints counts them too
         self.beyond_keep = adopt_checkpoints(self.saver, self.folder, self.keep)
-        env_steps, wall_s = sess.run([self.env_steps, self.wall_s])
-        return int(env_steps), float(wall_s)
+        env_steps, wall_s, lr_fraction = sess.run([self.env_steps, self.wall_s, self.lr_fraction])
+        return int(env_steps), float(wall_s), float(lr_fraction)
 
 
 def run_record(name: str, dtype, initializer) -> tuple:
@@ -363,7 +363,7 @@ LEAST_RATE_FRACTION = 0.01
 
 
 def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int,
-                 checkpoint_wall_s: float = 0.0) -> RunHistory:
+                 checkpoint_wall_s: float = 0.0, checkpoint_lr_fraction: float = 1.0) -> RunHistory:
     """Where a run resumed from a checkpoint of checkpoint_steps env steps goes on: its
     episodes, its env step count (the checkpoint's, or further if the CSV recorded episodes
     after it), and where its learning rates go on from. UsageError if its budget is spent, or
@@ -392,7 +392,10 @@ def resume_point(run_dir: str, cfg: Config, earlier: dict, checkpoint_steps: int
     reached = earlier_reached = 1.0
     if before.anneal_lr:
         last_start = (earlier.get("resumed") or [{}])[-1].get("anneal_start", {})
-        reached = earlier_reached = annealed_fraction(used_before, AnnealStart(**last_start))
+        # never above the fraction the checkpoint was trained at: the one in force only falls
+        # (runlog.falling_lr_fraction), while an episode budget's conversion from the CSV can rise
+        reached = earlier_reached = min(annealed_fraction(used_before, AnnealStart(**last_start)),
+                                        checkpoint_lr_fraction)
         if cfg.anneal_lr and used < used_before:  # a longer schedule
             reached = max(reached, 1.0 - used)
     starts_at = reached if used < 1 else 0.0  # past anneal_steps it is 0 whatever was reached

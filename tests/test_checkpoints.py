@@ -329,10 +329,11 @@ def test_a_restore_brings_back_the_global_net_its_rmsprop_slots_and_the_step_cou
     params = [name for name in names if name.startswith("global/") and name not in slots]
     assert len(params) == 8 and len(slots) == 2 * len(params), names  # mean square, momentum
     fresh = dict(zip(names, sess.run(saved.shared)))
-    steps, wall_s = saved.restore(sess)
+    steps, wall_s, lr_fraction = saved.restore(sess)
     assert steps == int(latest.rsplit("-", 1)[1])
     # the final checkpoint holds the run's clock as it stopped, where a resume goes on from
     assert wall_s == pytest.approx(summary["wall_s"])
+    assert lr_fraction == sessions.v1.train.load_variable(latest, checkpoints.LR_FRACTION_VARIABLE)
     restored = dict(zip(names, sess.run(saved.shared)))
     sess.close()
     best.close()
@@ -340,6 +341,23 @@ def test_a_restore_brings_back_the_global_net_its_rmsprop_slots_and_the_step_cou
         stored = sessions.v1.train.load_variable(latest, name)
         assert np.array_equal(restored[name], stored), name
     assert all(not np.array_equal(fresh[n], restored[n]) for n in names if n.startswith("global/"))
+
+
+def test_a_resume_goes_on_at_no_higher_a_rate_than_its_checkpoint_was_trained_at(trained_run):
+    """The fraction in force only falls, while the one worked out again from the CSV can come out
+    higher (an episode budget converted with a mean episode length that grew): the rates jumped
+    up at the resume."""
+    _, cfg = checkpoints.read_run(trained_run)
+    earlier = checkpoints.read_run_info(trained_run)
+    latest = checkpoints.latest_checkpoint(os.path.join(trained_run, "checkpoints"))
+    steps = int(latest.rsplit("-", 1)[1])
+    saved = float(sessions.v1.train.load_variable(latest, checkpoints.LR_FRACTION_VARIABLE))
+    longer = dataclasses_replace(cfg, max_steps=2 * cfg.max_steps)
+    assert cfg.anneal_lr and cfg.anneal_steps  # (the schedule is the same: only the budget grew)
+    worked_out = checkpoints.resume_point(trained_run, longer, earlier, steps).anneal_start
+    assert worked_out.lr_fraction == pytest.approx(saved, abs=0.01) and saved < 1
+    held = checkpoints.resume_point(trained_run, longer, earlier, steps, 0.0, saved / 2)
+    assert held.anneal_start.lr_fraction == pytest.approx(saved / 2)
 
 
 def test_eval_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
