@@ -830,6 +830,7 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
         error = exc
     except Exception as exc:  # the driver itself failed: the workers stop all the same
         error = WorkerError(f"the driver raised {type(exc).__name__}: {first_line(exc)}")
+
     def finishing(step):
         """step(); the first Ctrl-C (or SIGTERM) of a run that ended by itself, landing while it
         finishes, is taken as one in training: the step is done again, and the files written."""
