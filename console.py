@@ -35,7 +35,9 @@ def quiet_ctrl_c_while_starting(program: str, also: tuple = ()) -> bool:
             os.write(stderr_at_start, line)
         except OSError:  # (no console left to tell)
             pass
-        raise SystemExit(130)
+        # at once: nothing is written yet, and a SystemExit raised inside a C extension's import
+        # (numpy's) comes out as an ImportError's traceback
+        os._exit(130)
     for number in taken:
         signal.signal(number, stopped_while_starting)
     return takes_sigint
