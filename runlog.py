@@ -268,8 +268,9 @@ def display_answers() -> bool:
     """display_available, and on Linux the display named answers: one left in DISPLAY by a
     closed ssh -X or tmux session names none, and pygame's window would crash the process on it.
     matplotlib's check connects to the display (its backend choice uses it)."""
-    if not display_available() or not sys.platform.startswith("linux"):
-        return display_available()
+    available = display_available()
+    if not available or not sys.platform.startswith("linux"):
+        return available
     try:
         from matplotlib import _c_internal_utils
         return bool(_c_internal_utils.display_is_valid())
