@@ -71,10 +71,11 @@ def main(argv=None) -> int:
     info = checkpoints.read_run_info(args.run_dir)
     best = best_agent.read_best_info(os.path.join(args.run_dir, checkpoints.CHECKPOINT_FOLDER, best_agent.BEST_FOLDER))
 
+    resumes = len(info.get("resumed", []))
     lines = [f"# Learning curve: {env_id}", "",
              f"`python bench/curve.py {' '.join(argv if argv is not None else sys.argv[1:])}`, "
              f"from the run `{os.path.basename(os.path.normpath(args.run_dir))}` "
-             f"(`{' '.join(info.get('argv', ['a3c.py']))}`, resumed {len(info.get('resumed', []))} times); "
+             f"(`{' '.join(info.get('argv', ['a3c.py']))}`, resumed {resumes} time{'' if resumes == 1 else 's'}); "
              f"versions: {info.get('versions')}.", "",
              f"Settings: {cfg.workers} workers x {cfg.envs_per_worker} envs, n_steps {cfg.n_steps}, "
              f"cnn {cfg.cnn} ({cfg.trunk_activation}), use_lstm {cfg.use_lstm}, shared_lr {cfg.shared_lr:g}"
