@@ -62,10 +62,10 @@ from environments import FRAME_SKIP  # noqa: E402
 
 PONG_GOAL, PONG_HOURS = 18.0, 2.0
 # A variant is the preset with some values changed (a3c.py's --set); its runs go under
-# RUNS/<variant>/, its rows are named by it. docs/atari.md has why the LSTM is tried (Breakout's
-# runs, where it became the preset's, then SpaceInvaders); "feed-forward" is Breakout's preset
-# before it; 40M is Pong's preset before its budget grew to 50M frames (its rows are carried
-# from atari_runs.json).
+# RUNS/<variant>/, its rows are named by it. docs/atari.md has why the LSTM was tried (Breakout's
+# runs, then SpaceInvaders': it became both presets'); "feed-forward" is their preset before it;
+# 40M is Pong's preset before its budget grew to 50M frames (its rows are carried from
+# atari_runs.json).
 VARIANTS = {"": {}, "lstm": {"use_lstm": True}, "feed-forward": {"use_lstm": False},
             "40M": {"max_steps": 10_000_000}}
 RETIRED = ("40M",)  # an earlier preset's rows: `report` shows them as kept, `run` trains none
@@ -132,7 +132,8 @@ class Entry(NamedTuple):
 SCOREBOARD = [Entry("ALE/Pong-v5", seed, (PONG_GOAL, PONG_HOURS), variant)
               for variant in ("", "40M") for seed in (1, 2, 3)] + [
     Entry("ALE/Breakout-v5", 1), Entry("ALE/Breakout-v5", 1, variant="feed-forward"),
-    Entry("ALE/SpaceInvaders-v5", 1), Entry("ALE/SpaceInvaders-v5", 1, variant="lstm")]
+    Entry("ALE/SpaceInvaders-v5", 1),
+    Entry("ALE/SpaceInvaders-v5", 1, variant="feed-forward")]
 WORKERS = 8
 POLL_S = 10  # how often a run's folder is read for its stop
 MILESTONES = (10e6, 20e6, 40e6)  # frames
@@ -779,8 +780,8 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "
             f"ATARI: the small CNN on 42x42 frames, {WORKERS} workers x 8 games, no sticky actions, a "
             f"lost life the end of the learning return since 6d9e545: Pong has no lives), "
-            f"on 2 cores; Breakout's own preset puts an LSTM of "
-            f"{config.config_for('ALE/Breakout-v5').lstm_units} cells after the CNN (its "
+            f"on 2 cores; Breakout's and SpaceInvaders' own presets put an LSTM of "
+            f"{config.config_for('ALE/Breakout-v5').lstm_units} cells after the CNN (their "
             f"rows before: the variant feed-forward). Each for its preset's budget (40M "
             f"frames; Pong 50M, 40M in the rows named so), Pong until its mean-100 reaches +{PONG_GOAL:g} "
             f"or {PONG_HOURS:g} hours if either comes first. Our scores are the mean of the "

@@ -465,7 +465,7 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert "| ALE/Breakout-v5 | 1 | not run |" in table and "](atari_Pong_s1.gif)" in table
     assert "*Pong's GIF: the best agent of seed 1.*" in table
     assert "| ALE/Breakout-v5 | 1 (feed-forward) | not run |" in table
-    assert "| ALE/SpaceInvaders-v5 | 1 (lstm) | not run |" in table
+    assert "| ALE/SpaceInvaders-v5 | 1 (feed-forward) | not run |" in table
     assert "lstm: use_lstm=true" in table and "feed-forward: use_lstm=false" in table
     assert capsys.readouterr().out.startswith("# Atari scoreboard"), "the rows' progress: stderr"
     with Image.open(results / "atari_Pong_s1.gif") as gif:
@@ -852,9 +852,10 @@ def test_the_scoreboard_tells_rows_apart_by_their_values_and_folders_not_by_budg
     assert atari_scoreboard.budget(PONG, "40M") == 10_000_000
     assert atari_scoreboard.budget("ALE/SpaceInvaders-v5", "lstm") == 10_000_000
     assert atari_scoreboard.set_values("40M") == ["max_steps=10000000"]
-    # Breakout's preset has the LSTM: its feed-forward runs are the variant, the others' the LSTM
+    # Breakout's and SpaceInvaders' presets have the LSTM: their feed-forward runs are the
+    # variant, Pong's LSTM runs
     assert [config_module.config_for(game).use_lstm for game in
-            (PONG, "ALE/Breakout-v5", "ALE/SpaceInvaders-v5")] == [False, True, False]
+            (PONG, "ALE/Breakout-v5", "ALE/SpaceInvaders-v5")] == [False, True, True]
     breakout_runs = {name: write_run_folder(tmp_path / f"breakout-{name}", "ALE/Breakout-v5",
                                             use_lstm=name == "lstm") for name in ("lstm", "ff")}
     assert atari_scoreboard.of_variant(breakout_runs["lstm"], "ALE/Breakout-v5", "")
