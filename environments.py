@@ -11,6 +11,7 @@ import re
 import warnings
 
 import gymnasium as gym
+from gymnasium.envs.registration import find_highest_version, get_env_id, parse_env_id
 import numpy as np
 
 import config as config_module
@@ -68,16 +69,20 @@ def is_mujoco(env_id: str) -> bool:
 
 
 def canonical_env_id(env_id: str) -> str:
-    """"module:Name" where Name is an Atari or MuJoCo id (ale_py:ALE/Pong-v5) is Name, which
-    gymnasium registers without the import: their presets, frames and drawing go by that name.
-    Any other id stays as it is (a plugin's module must be imported again by --eval and --resume)."""
+    """An id without its version (Hopper, ALE/Pong) is the highest version gymnasium registers
+    (Hopper-v5), the env gym.make would make of it, so that it gets that id's preset and its run
+    folder says which env ran. "module:Name" where Name is an Atari or MuJoCo id
+    (ale_py:ALE/Pong-v5) is Name, which gymnasium registers without the import: their presets,
+    frames and drawing go by that name. Any other id stays as it is (a plugin's module must be
+    imported again by --eval and --resume)."""
     if ":" not in env_id:
-        return env_id
+        return latest_version(env_id)
     module, name = env_id.split(":", 1)
     try:
         importlib.import_module(module)
     except Exception:  # make_env refuses the id in one line
         return env_id
+    name = latest_version(name)
     registered = gym.registry.get(name)
     # gymnasium's own MuJoCo envs by their names, and ale-py's games: a plugin's env (its own
     # Hopper-v5, its MyAnt-v0 in a module named mujoco) keeps its module
@@ -86,6 +91,30 @@ def canonical_env_id(env_id: str) -> str:
         config_module.is_mujoco_id(name)
         and str(registered.entry_point).startswith("gymnasium.envs.mujoco"))
     return name if own else env_id
+
+
+def latest_version(env_id: str) -> str:
+    """env_id with gymnasium's highest registered version where it names none and an id without
+    one is not registered itself; else env_id (make_env refuses an unknown one in one line)."""
+    try:
+        namespace, name, version = parse_env_id(env_id)
+    except gym.error.Error:
+        return env_id
+    if version is not None or env_id in gym.registry:
+        return env_id
+    if is_atari(env_id):  # ale-py registers its games when imported
+        register_ale_games()
+    highest = find_highest_version(namespace, name)
+    return env_id if highest is None else get_env_id(namespace, name, highest)
+
+
+def register_ale_games() -> None:
+    """ale-py's ids in gymnasium's registry, where ale-py is installed (atari_game says when not)."""
+    try:
+        import ale_py
+    except ImportError:
+        return
+    gym.register_envs(ale_py)
 
 
 def registered_time_limit(env_id: str):

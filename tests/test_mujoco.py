@@ -195,13 +195,18 @@ def test_bad_normaliser_settings_are_refused(argv, words, tmp_path, capsys):
 
 def test_a_mujoco_or_atari_id_given_with_its_module_is_run_as_the_id_itself(tmp_path, capsys):
     """"gymnasium.envs.mujoco:Hopper-v5" trained without Hopper's preset (no normalize_obs), and
-    its --record could not draw: they go by the id. A plugin's id keeps its module, which --eval
+    its --record could not draw: they go by the id, and an id without its version ("Hopper") by
+    the version gymnasium makes of it. A plugin's id keeps its module, which --eval
     and --resume must import again."""
     assert environments.canonical_env_id("ale_py:ALE/Pong-v5") == "ALE/Pong-v5"
     plain = "gymnasium.envs.classic_control:CartPole-v1"
     assert environments.canonical_env_id(plain) == plain
     assert environments.canonical_env_id("no_such_module:Hopper-v5") == "no_such_module:Hopper-v5"
-    assert a3c.main(["--env", "gymnasium.envs.mujoco:Hopper-v5", "--workers", "1", "--max-steps",
+    # an id without its version is the highest one, as gym.make makes it (it had no preset)
+    assert [environments.canonical_env_id(env_id) for env_id in
+            ("Hopper", "CartPole", "ALE/Pong", "Hopper-v4", "NoSuchEnv", "ALE/NoSuchGame")] == [
+        "Hopper-v5", "CartPole-v1", "ALE/Pong-v5", "Hopper-v4", "NoSuchEnv", "ALE/NoSuchGame"]
+    assert a3c.main(["--env", "gymnasium.envs.mujoco:Hopper", "--workers", "1", "--max-steps",
                      "200", "--set", "envs_per_worker=1", "--set", "best_trial_episodes=0",
                      "--no-plot", "--results-dir", str(tmp_path)]) == 0
     assert "the Hopper-v5 preset" in capsys.readouterr().out
