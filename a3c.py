@@ -1094,9 +1094,12 @@ def resume_config(args, cluster_shape: dict = None) -> tuple[str, Config]:
     if trained_on != cluster_shape:
         raise UsageError(f"{args.resume} was trained {describe_shape(trained_on)}; resume it "
                          f"the same way (it is being resumed {describe_shape(cluster_shape)})")
-    changed = [f"{flag} {own}, not {given}" for flag, given, own in (
-        ("--env", args.env, env_id), ("--workers", args.workers, saved.workers),
-        ("--seed", args.seed, saved.seed)) if given is not None and given != own]
+    # (a run saved before ids without a version were completed has "Hopper": --env Hopper-v5)
+    same_env = args.env is None or args.env in (env_id, canonical_env_id(env_id))
+    changed = ([] if same_env else [f"--env {env_id}, not {args.env}"]) + [
+        f"{flag} {own}, not {given}" for flag, given, own in (
+            ("--workers", args.workers, saved.workers), ("--seed", args.seed, saved.seed))
+        if given is not None and given != own]
     if changed:  # (the run's own values: a preset's may not be what the user thinks it is)
         raise UsageError(f"--resume continues a run with its own --env, --workers and --seed "
                          f"(the run has {'; '.join(changed)}); leave them out, or start a new "
@@ -1173,8 +1176,6 @@ def main(argv=None, command_line: bool = False) -> int:
     """command_line: the process is `python a3c.py ...` itself (local:N may then replace it by
     the launcher)."""
     args = parse_args(argv)
-    if args.env is not None:
-        args.env = canonical_env_id(args.env)
     if threading.current_thread() is threading.main_thread():
         # Ctrl-C, `kill`, and a closed terminal or dropped ssh session stop the run cleanly; a
         # signal the caller ignores (`nohup` ignores SIGHUP) stays ignored
@@ -1184,9 +1185,15 @@ def main(argv=None, command_line: bool = False) -> int:
                 signal.signal(number, stop_like_ctrl_c if args.cluster is None or name == "SIGINT"
                               else stop_like_ctrl_c_or_exit)
     try:
-        if args.results_dir is not None and not args.results_dir.strip():
-            raise UsageError("--results-dir is empty: give it a folder, or leave it out for "
-                             "results/")
+        for flag, value, instead in (
+                ("--results-dir", args.results_dir, "give it a folder, or leave it out for results/"),
+                ("--env", args.env, f"give a gymnasium id, or leave it out for {DEFAULT_ENV}"),
+                ("--resume", args.resume, "give the folder of the run to continue"),
+                ("--eval", args.eval, "give the folder of the run to play")):
+            if value is not None and not value.strip():
+                raise UsageError(f"{flag} is empty: {instead}")
+        if args.env is not None:
+            args.env = canonical_env_id(args.env)
         refuse_flags_of_the_other_mode(args)
         if args.eval is not None:
             if args.cluster is not None or args.job is not None or args.task is not None:

@@ -63,8 +63,9 @@ def is_atari(env_id: str) -> bool:
 
 
 def is_mujoco(env_id: str) -> bool:
-    """Whether gymnasium registers env_id as one of its MuJoCo envs (HalfCheetah-v5, ...)."""
-    registered = gym.envs.registry.get(env_id)
+    """Whether gymnasium registers env_id as one of its MuJoCo envs (HalfCheetah-v5, ...; a
+    run's saved "Hopper", from before ids were completed, as the Hopper-v5 it made)."""
+    registered = gym.envs.registry.get(latest_version(env_id))
     return registered is not None and "mujoco" in str(registered.entry_point)
 
 
@@ -73,8 +74,8 @@ def canonical_env_id(env_id: str) -> str:
     (Hopper-v5), the env gym.make would make of it, so that it gets that id's preset and its run
     folder says which env ran. "module:Name" where Name is an Atari or MuJoCo id
     (ale_py:ALE/Pong-v5) is Name, which gymnasium registers without the import: their presets,
-    frames and drawing go by that name. Any other id stays as it is (a plugin's module must be
-    imported again by --eval and --resume)."""
+    frames and drawing go by that name. Any other id keeps its module (which --eval and --resume
+    must import again), with its name's version completed as above."""
     if ":" not in env_id:
         return latest_version(env_id)
     module, name = env_id.split(":", 1)
@@ -86,35 +87,53 @@ def canonical_env_id(env_id: str) -> str:
     registered = gym.registry.get(name)
     # gymnasium's own MuJoCo envs by their names, and ale-py's games: a plugin's env (its own
     # Hopper-v5, its MyAnt-v0 in a module named mujoco) keeps its module
+    # ale-py's ids outside ALE/ (ale_py:Pong-v4, ale_py:Pong) are refused as without their module
+    if module.split(".")[0] == "ale_py" and not is_atari(name):
+        return name
     own = registered is not None and (
         str(registered.entry_point).startswith("ale_py") if is_atari(name) else
         config_module.is_mujoco_id(name)
         and str(registered.entry_point).startswith("gymnasium.envs.mujoco"))
-    return name if own else env_id
+    return name if own else f"{module}:{name}"
 
 
 def latest_version(env_id: str) -> str:
     """env_id with gymnasium's highest registered version where it names none and an id without
-    one is not registered itself; else env_id (make_env refuses an unknown one in one line)."""
+    one is not registered itself; else env_id (make_env refuses an unknown one in one line, and
+    ale-py's ids outside ALE/, such as Pong, as typed, with the ALE/ id to use instead)."""
+    if is_atari(env_id):  # ale-py registers its games when imported
+        register_ale_games()
+    latest = highest_registered(env_id)
+    return env_id if outside_ale(latest) else latest
+
+
+def highest_registered(env_id: str) -> str:
+    """env_id, or the id of its highest registered version where it names none."""
     try:
         namespace, name, version = parse_env_id(env_id)
     except gym.error.Error:
         return env_id
     if version is not None or env_id in gym.registry:
         return env_id
-    if is_atari(env_id):  # ale-py registers its games when imported
-        register_ale_games()
     highest = find_highest_version(namespace, name)
     return env_id if highest is None else get_env_id(namespace, name, highest)
+
+
+def outside_ale(env_id: str) -> bool:
+    """Whether env_id is one of ale-py's ids without the ALE/ prefix (Pong-v4, PongNoFrameskip-v4,
+    Pong), once ale-py has registered them in this process."""
+    registered = gym.registry.get(highest_registered(env_id))
+    return registered is not None and "ale_py" in str(registered.entry_point) \
+        and not is_atari(env_id)
 
 
 def register_ale_games() -> None:
     """ale-py's ids in gymnasium's registry, where ale-py is installed (atari_game says when not)."""
     try:
         import ale_py
-    except ImportError:
+        gym.register_envs(ale_py)
+    except Exception:  # (not installed, or broken: atari_game refuses the id in one line)
         return
-    gym.register_envs(ale_py)
 
 
 def registered_time_limit(env_id: str):
@@ -241,8 +260,7 @@ def old_atari_id(env_id: str):
 
 
 def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
-    if env_id in gym.registry and "ale_py" in str(gym.registry[env_id].entry_point) \
-            and not is_atari(env_id):  # (registered by an earlier ALE/ id in this process)
+    if outside_ale(env_id):  # (registered by an earlier ALE/ id in this process)
         raise UsageError(f"{env_id}: only the {ATARI_PREFIX}<Game>-v5 ids of Atari games are "
                          f"supported; use {old_atari_id(env_id)}")
     kwargs = {"disable_env_checker": True}

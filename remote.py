@@ -17,7 +17,7 @@ import cluster as cluster_module
 import config as config_module
 from config import Config
 from console import UsageError, WorkerError, attempt, first_line, warn
-from environments import EnvSpec
+from environments import EnvSpec, canonical_env_id
 from networks import make_optimizers, mean_gradient_update, optimizer_groups
 from runlog import AnnealStart, EpisodeLog, budget_used, falling_lr_fraction
 from sessions import close_remote_session, session_callable, tf, v1
@@ -647,7 +647,7 @@ def run_to_join(cluster, control, control_sess, watch, env_id: typing.Optional[s
     if run["cluster"] != cluster.spec:
         raise UsageError(f"this process's cluster {json.dumps(cluster.spec)} is not the chief's "
                          f"{json.dumps(run['cluster'])}; give every process the same cluster file")
-    if env_id is not None and env_id != run["env"]:
+    if env_id is not None and env_id not in (run["env"], canonical_env_id(run["env"])):
         raise UsageError(f"--env {env_id}: the cluster's run trains {run['env']}; a worker "
                          f"process takes the chief's env and config (drop --env)")
     run_cfg = config_module.from_dict(run["config"])

@@ -685,6 +685,19 @@ def test_resume_takes_the_original_command_line_back(trained_run, tmp_path, caps
     assert "resumed at" in capsys.readouterr().out
 
 
+def test_a_run_saved_under_an_id_without_its_version_resumes_with_that_id(tmp_path, capsys):
+    """--env CartPole means CartPole-v1 since ids are completed; a run saved before that as
+    "CartPole" was refused its own --env ("the run has --env CartPole, not CartPole-v1")."""
+    summary, _ = train("CartPole", tmp_path / "runs", max_episodes=10)  # (as a3c.py once did)
+    run = summary["run_dir"]
+    assert checkpoints.read_run(run)[0] == "CartPole"
+    assert a3c.main(["--resume", run, "--env", "CartPole", "--max-episodes", "20",
+                     "--no-plot"]) == 0
+    assert "resumed at" in capsys.readouterr().out and len(read_rows(run)) == 21
+    refused(["--resume", run, "--env", "Acrobot", "--no-plot"], capsys,
+            "(the run has --env CartPole, not Acrobot-v1)")
+
+
 def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp_path, capsys):
     import signal
     import subprocess

@@ -19,6 +19,7 @@ import checkpoints
 import config as config_module
 import environments
 import sessions
+from console import UsageError
 from graphs import build_session
 from test_training import assert_refused, refused, train
 
@@ -203,9 +204,21 @@ def test_a_mujoco_or_atari_id_given_with_its_module_is_run_as_the_id_itself(tmp_
     assert environments.canonical_env_id(plain) == plain
     assert environments.canonical_env_id("no_such_module:Hopper-v5") == "no_such_module:Hopper-v5"
     # an id without its version is the highest one, as gym.make makes it (it had no preset)
+    # (and a plugin's keeps its module; ale-py's ids outside ALE/ are refused as typed, once
+    # ALE/Pong has registered them too)
     assert [environments.canonical_env_id(env_id) for env_id in
-            ("Hopper", "CartPole", "ALE/Pong", "Hopper-v4", "NoSuchEnv", "ALE/NoSuchGame")] == [
-        "Hopper-v5", "CartPole-v1", "ALE/Pong-v5", "Hopper-v4", "NoSuchEnv", "ALE/NoSuchGame"]
+            ("Hopper", "CartPole", "ALE/Pong", "Pong", "Hopper-v4", "NoSuchEnv", "ALE/NoSuchGame",
+             "gymnasium.envs.classic_control:CartPole")] == [
+        "Hopper-v5", "CartPole-v1", "ALE/Pong-v5", "Pong", "Hopper-v4", "NoSuchEnv",
+        "ALE/NoSuchGame", "gymnasium.envs.classic_control:CartPole-v1"]
+    assert [environments.canonical_env_id(env_id) for env_id in
+            ("ale_py:Pong", "ale_py:Pong-v4")] == ["Pong", "Pong-v4"]  # (refused, as below)
+    for outside in ("Pong", "Pong-v4", "PongNoFrameskip-v4"):  # not "image observations ..."
+        with pytest.raises(UsageError, match=f"^{outside}: only the ALE/<Game>-v5 ids .* use "
+                                             f"ALE/Pong-v5$"):
+            environments.make_env(outside, config_module.Config())
+    # a run saved as "Hopper" before ids were completed records as MuJoCo (in its own process)
+    assert environments.is_mujoco("Hopper") and not environments.is_mujoco("CartPole")
     assert a3c.main(["--env", "gymnasium.envs.mujoco:Hopper", "--workers", "1", "--max-steps",
                      "200", "--set", "envs_per_worker=1", "--set", "best_trial_episodes=0",
                      "--no-plot", "--results-dir", str(tmp_path)]) == 0

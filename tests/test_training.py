@@ -403,6 +403,7 @@ def test_cli_refuses_bad_values_in_one_line(argv, words, capsys, tmp_path):
     (["--envs", "Nope-v0"], ["cannot make environment 'Nope-v0'"]),
     (["--envs", "CartPole-v1", "Nope-v0", "--set", "max_episodes=2"], ["'Nope-v0'"]),
     (["--envs", "CartPole-v1", "--seeds", "-1"], ["CartPole-v1 seed -1", "seed must be in"]),
+    (["--envs", "CartPole", "--seeds", "-1"], ["CartPole-v1 seed -1"]),  # (its preset: -v1's)
     (["--envs", "CartPole-v1", "--versus", "nope=1"], ["unknown config key 'nope'"]),
     (["--envs", "CartPole-v1", "--set", "actor_hidden=64,,64"], ["bad value for actor_hidden"]),
     (["--envs", "CartPole-v1", "--frames", "nan"], ["--frames must be a number"]),
@@ -480,6 +481,19 @@ def test_cli_rejects_malformed_flags_with_exit_2_in_one_line(capsys, tmp_path, m
 def test_an_empty_results_dir_is_refused_not_taken_for_results(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     refused(["--env", "CartPole-v1", "--results-dir", ""], capsys, "--results-dir is empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--env", ""], ["--env is empty", "give a gymnasium id"]),  # (trained Pendulum-v1)
+    (["--env", " ", "--max-steps", "10"], ["--env is empty"]),
+    (["--resume", ""], ["--resume is empty"]),
+    (["--eval", ""], ["--eval is empty"]),
+])
+def test_an_empty_env_or_run_folder_is_refused_not_taken_for_the_default(argv, words, capsys,
+                                                                         tmp_path):
+    refused(argv + ["--results-dir", str(tmp_path / "out")] * (argv[0] == "--env"), capsys,
+            *words)
     assert list(tmp_path.iterdir()) == []
 
 
