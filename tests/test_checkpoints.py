@@ -189,8 +189,9 @@ def test_eval_stochastic_narrows_sigma_as_training_had_at_the_checkpoint(tmp_pat
         assert sessions.v1.train.load_variable(path, checkpoints.LR_FRACTION_VARIABLE) == \
             pytest.approx(1 - steps / 30_000, abs=0.02), path
     best = best_agent.read_best_info(os.path.join(run_dir, "checkpoints", "best"))
-    assert 0.0 <= best["lr_fraction"] < 1.0 and best["lr_fraction"] == pytest.approx(
-        1 - best["env_steps"] / 30_000, abs=0.05)
+    # the net is copied at or after the moment of the mean-100 it is labelled with (later when a
+    # round holds the copy lock, or the host is loaded): its fraction is that moment's or less
+    assert 0.0 <= best["lr_fraction"] <= 1 - best["env_steps"] / 30_000 + 0.02
     monkeypatch.setattr(evaluation, "SampledPlayer", RecordedSampledPlayer)
     RecordedSampledPlayer.made = []
     a3c.evaluate(run_dir, episodes=1, stochastic=True, checkpoint="latest")
