@@ -182,6 +182,23 @@ def run_folder(runs: str, game: str, seed: int, variant: str = ""):
 LEFT_OUT = set()  # the run folders run_folder has said are not their row's
 
 
+def say_rowless_folders(runs: str, games: list) -> None:
+    """Says which folders of games' runs under runs no row of the scoreboard looks in: a variant
+    the game has no row of (RUNS/lstm/ALE_SpaceInvaders-v5 once its preset had the LSTM), whose
+    runs would otherwise be passed over without a word while their row trains anew."""
+    rows = {(entry.game, entry.variant) for entry in SCOREBOARD}
+    for game in games:
+        for variant in VARIANTS:
+            folder = os.path.join(runs, variant, file_name(game))
+            if (game, variant) not in rows and glob.glob(os.path.join(folder, "*", "config.json")):
+                print(f"{folder}: no row of the scoreboard runs {game}"
+                      + (f" with the variant {variant}" if variant else " with its preset")
+                      + " (its rows: " + ", ".join(entry.label for entry in SCOREBOARD
+                                                   if entry.game == game)
+                      + "); its runs are left out (docs/atari.md says where a row's runs go)",
+                      file=sys.stderr, flush=True)
+
+
 def steps_done(folder: str, rows) -> int:
     """The env steps a run has trained: its newest checkpoint's (they name it) or its last
     game's, whichever is later (no game may end in a run's last rollouts)."""
@@ -730,6 +747,7 @@ def main(argv=None) -> int:
                              for game in chosen) + ")")
     scoreboard = [entry for entry in SCOREBOARD if entry.game in chosen
                   and (not args.seeds or entry.seed in args.seeds)]
+    say_rowless_folders(args.runs, chosen)
     try:  # (a damaged file is no misused flag: one line, without the usage)
         records = load_records(args.out)
         return run_all(args.runs, scoreboard, records) if args.what == "run" else \
@@ -779,12 +797,12 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
     command = " ".join(["python bench/atari_scoreboard.py"] + (argv if argv is not None else sys.argv[1:]))
     text = (f"# Atari scoreboard\n\n`{command}`. Each game with the Atari preset (config.py's "
             f"ATARI: the small CNN on 42x42 frames, {WORKERS} workers x 8 games, no sticky actions, a "
-            f"lost life the end of the learning return since 6d9e545: Pong has no lives), "
+            f"lost life the end of the learning return (since commit 6d9e545; Pong has no lives)), "
             f"on 2 cores; Breakout's and SpaceInvaders' own presets put an LSTM of "
-            f"{config.config_for('ALE/Breakout-v5').lstm_units} cells after the CNN (their "
-            f"rows before: the variant feed-forward). Each for its preset's budget (40M "
-            f"frames; Pong 50M, 40M in the rows named so), Pong until its mean-100 reaches +{PONG_GOAL:g} "
-            f"or {PONG_HOURS:g} hours if either comes first. Our scores are the mean of the "
+            f"{config.config_for('ALE/Breakout-v5').lstm_units} cells after the CNN (the rows named "
+            f"feed-forward ran the net they had before). Each for its preset's budget (40M "
+            f"frames; Pong 50M, 40M in the rows named so), Pong stopping once its mean-100 reaches +{PONG_GOAL:g} "
+            f"or after {PONG_HOURS:g} hours, whichever comes first. Our scores are the mean of the "
             f"last 100 training games (mean-100), the deterministic policy of the best "
             f"checkpoint over {EVAL_GAMES} games (`a3c.py --eval RUN --episodes {EVAL_GAMES}`), "
             f"and the final net's sampled policy over {EVAL_GAMES} games (`--checkpoint latest "
@@ -794,7 +812,8 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
             f"samples the policy on Atari) and CleanRL's PPO (its last training games), both at "
             f"10M agent steps (40M frames). A row whose seed names a variant ran "
             f"the preset with these values changed: "
-            + "; ".join(f"{name}: {', '.join(set_values(name))}" for name in VARIANTS if name)
+            + "; ".join(f"{name}: {', '.join(set_values(name))}" for name in VARIANTS
+                        if name and any(entry.variant == name for entry in SCOREBOARD))
             + f".\n\n{table}\n")
     print(text)
     if not args.no_save:

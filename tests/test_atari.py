@@ -466,7 +466,8 @@ def test_a_short_pong_run_writes_every_output_tries_its_best_resumes_and_records
     assert "*Pong's GIF: the best agent of seed 1.*" in table
     assert "| ALE/Breakout-v5 | 1 (feed-forward) | not run |" in table
     assert "| ALE/SpaceInvaders-v5 | 1 (feed-forward) | not run |" in table
-    assert "lstm: use_lstm=true" in table and "feed-forward: use_lstm=false" in table
+    assert "feed-forward: use_lstm=false" in table and "40M: max_steps=10000000" in table
+    assert "lstm: use_lstm=true" not in table, "a variant that no row runs"
     assert capsys.readouterr().out.startswith("# Atari scoreboard"), "the rows' progress: stderr"
     with Image.open(results / "atari_Pong_s1.gif") as gif:
         assert gif.size == (160, 210)
@@ -1106,6 +1107,23 @@ def pong_csv(folder, steps):
     with open(os.path.join(folder, "episodes.csv"), "w") as f:
         f.write(",".join(runlog.EPISODE_COLUMNS) + "\n")
         f.write(f"0,1,{steps},1.0,-21,1000,-21.0,1.0,0.5\n")
+
+
+def test_the_scoreboard_says_which_run_folders_no_row_looks_in(tmp_path, capsys):
+    """SpaceInvaders' LSTM runs went under RUNS/lstm/ while the LSTM was its variant: once its
+    preset had the LSTM no row looked there, and `run` would train the row anew without a word."""
+    (tmp_path / "lstm" / "ALE_SpaceInvaders-v5").mkdir(parents=True)
+    (tmp_path / "ALE_SpaceInvaders-v5").mkdir()
+    write_run_folder(tmp_path / "lstm" / "ALE_SpaceInvaders-v5" / "20270101T000000Z-s1",
+                     "ALE/SpaceInvaders-v5")
+    write_run_folder(tmp_path / "ALE_SpaceInvaders-v5" / "20270101T000000Z-s1",
+                     "ALE/SpaceInvaders-v5")  # (a folder of a row: no word here)
+    atari_scoreboard.say_rowless_folders(str(tmp_path), ["ALE/SpaceInvaders-v5", PONG])
+    said = capsys.readouterr().err.splitlines()
+    assert said == [f"{tmp_path / 'lstm' / 'ALE_SpaceInvaders-v5'}: no row of the scoreboard "
+                    f"runs ALE/SpaceInvaders-v5 with the variant lstm (its rows: 1, 1 "
+                    f"(feed-forward)); its runs are left out (docs/atari.md says where a row's "
+                    f"runs go)"]
 
 
 def test_a_row_counts_only_folders_that_trained_its_values_and_says_which_it_left_out(
