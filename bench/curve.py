@@ -37,6 +37,11 @@ def first_at(means: np.ndarray, level: float):
     return int(hits[0]) if len(hits) else None
 
 
+def mean_cell(mean: float) -> str:
+    """A trailing mean's cell: n/a before there are as many episodes as it averages."""
+    return "n/a" if np.isnan(mean) else f"{mean:.1f}"
+
+
 def hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
@@ -53,6 +58,9 @@ def main(argv=None) -> int:
     parser.add_argument("--name", required=True, help="output names: <name>.md and <name>.png")
     parser.add_argument("--out", default="results")
     args = parser.parse_args(argv)
+    if not args.name.strip() or os.sep in args.name or args.name.startswith("."):
+        parser.error(f"--name {args.name!r} is no file name: give a plain one (its files go "
+                     f"under --out)")
 
     path = os.path.join(args.run_dir, "episodes.csv")
     try:
@@ -85,7 +93,8 @@ def main(argv=None) -> int:
              "best mean-100 | best agent (deterministic trial games) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |",
              f"| {len(returns):,} | {frames[-1]:,.0f} | {hours(wall[-1])} | "
-             f"{frames[-1] / wall[-1]:,.0f} | {means[20][-1]:.1f} | {means[100][-1]:.1f} | "
+             f"{frames[-1] / wall[-1]:,.0f} | {mean_cell(means[20][-1])} | "
+             f"{mean_cell(means[100][-1])} | "
              + (f"{np.nanmax(means[100]):.1f} | " if len(returns) >= 100 else "none | ")
              + (f"{best['score']:.1f} over {best['trial_episodes']} (episode {best['episode']:,})"
                 if best and "score" in best else "none") + " |", "",

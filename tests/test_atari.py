@@ -973,6 +973,24 @@ def test_the_scoreboard_refuses_a_damaged_episodes_csv_in_one_line_and_writes_no
     assert os.listdir(out) == []
 
 
+def test_the_curve_table_says_n_a_for_a_mean_over_more_games_than_ran_and_refuses_bad_names(
+        tmp_path, capsys):
+    """A name with a folder in it ended in a traceback, an empty one wrote hidden files; a run of
+    fewer than 20 games showed its means as nan."""
+    import curve
+    folder = write_run_folder(tmp_path / "run", PONG)
+    pong_csv(folder, 1000)
+    out = tmp_path / "out"
+    for name in ("", "a/b", ".md"):
+        with pytest.raises(SystemExit) as refusal:
+            curve.main([folder, "--name", name, "--out", str(out)])
+        assert refusal.value.code == 2 and "is no file name" in capsys.readouterr().err
+    assert not out.exists()
+    assert curve.main([folder, "--name", "c", "--out", str(out)]) == 0
+    table = (out / "c.md").read_text()
+    assert "| 4,000 | 0.00 h | 4,000 | n/a | n/a | none | none |" in table and "nan" not in table
+
+
 def test_report_stopped_by_ctrl_c_says_so_in_one_line(tmp_path, capsys, monkeypatch):
     def interrupted(*args):
         raise KeyboardInterrupt  # (where a Ctrl-C lands while report evaluates)
