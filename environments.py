@@ -79,6 +79,8 @@ def canonical_env_id(env_id: str) -> str:
     if ":" not in env_id:
         return latest_version(env_id)
     module, name = env_id.split(":", 1)
+    if not name.strip():  # ("ale_py:" would become "", taken for the default env)
+        return env_id
     try:
         importlib.import_module(module)
     except Exception:  # make_env refuses the id in one line
@@ -249,7 +251,7 @@ def old_atari_id(env_id: str):
     registered = gym.registry.get(env_id)
     if registered is not None and "ale_py" not in str(registered.entry_point):
         return None
-    name = re.sub(r"(NoFrameskip|Deterministic)?-v\d+$", "", env_id)
+    name = re.sub(r"(NoFrameskip|Deterministic)?(-v\d+)?$", "", env_id)
     try:
         import ale_py
         gym.register_envs(ale_py)
@@ -261,8 +263,9 @@ def old_atari_id(env_id: str):
 
 def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
     if outside_ale(env_id):  # (registered by an earlier ALE/ id in this process)
+        instead = old_atari_id(env_id)
         raise UsageError(f"{env_id}: only the {ATARI_PREFIX}<Game>-v5 ids of Atari games are "
-                         f"supported; use {old_atari_id(env_id)}")
+                         f"supported" + (f"; use {instead}" if instead else ""))
     kwargs = {"disable_env_checker": True}
     if render_mode is not None:
         kwargs["render_mode"] = render_mode

@@ -212,8 +212,9 @@ def test_a_mujoco_or_atari_id_given_with_its_module_is_run_as_the_id_itself(tmp_
         "Hopper-v5", "CartPole-v1", "ALE/Pong-v5", "Pong", "Hopper-v4", "NoSuchEnv",
         "ALE/NoSuchGame", "gymnasium.envs.classic_control:CartPole-v1"]
     assert [environments.canonical_env_id(env_id) for env_id in
-            ("ale_py:Pong", "ale_py:Pong-v4")] == ["Pong", "Pong-v4"]  # (refused, as below)
-    for outside in ("Pong", "Pong-v4", "PongNoFrameskip-v4"):  # not "image observations ..."
+            ("ale_py:Pong", "ale_py:Pong-v4", "ale_py:")] == ["Pong", "Pong-v4", "ale_py:"]
+    for outside in ("Pong", "Pong-v4", "PongNoFrameskip-v4", "PongNoFrameskip"):  # (refused
+        # so, not as "image observations ...", nor with "use None")
         with pytest.raises(UsageError, match=f"^{outside}: only the ALE/<Game>-v5 ids .* use "
                                              f"ALE/Pong-v5$"):
             environments.make_env(outside, config_module.Config())
