@@ -813,7 +813,7 @@ def write_report(args, argv, records: dict, scoreboard: list) -> int:
             f"10M agent steps (40M frames). A row whose seed names a variant ran "
             f"the preset with these values changed: "
             + "; ".join(f"{name}: {', '.join(set_values(name))}" for name in VARIANTS
-                        if name and any(entry.variant == name for entry in SCOREBOARD))
+                        if name and any(entry.variant == name for entry in scoreboard))
             + f".\n\n{table}\n")
     print(text)
     if not args.no_save:

@@ -1144,6 +1144,13 @@ def test_the_scoreboard_says_which_run_folders_no_row_looks_in(tmp_path, capsys)
                     f"runs go)"]
 
 
+def test_a_report_of_some_games_names_only_the_variants_of_their_rows(tmp_path, capsys):
+    assert atari_scoreboard.main(["report", "--runs", str(tmp_path), "--games", "ALE/Breakout-v5",
+                                  "--no-save"]) == 0
+    header = capsys.readouterr().out.split("\n\n")[1]
+    assert "feed-forward: use_lstm=false" in header and "40M" not in header.split("changed:")[1]
+
+
 def test_a_row_counts_only_folders_that_trained_its_values_and_says_which_it_left_out(
         tmp_path, capsys):
     runs = tmp_path / "ALE_Pong-v5"
