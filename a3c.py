@@ -64,7 +64,7 @@ from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, che
                          run_info, RunFolderLock, write_atomically)
 from best_agent import BestCheckpoint, TrialSchedule, best_kept
 import evaluation
-from remote import (ChiefLink, ClusterLog, RemoteGlobal, follow_the_chief, run_to_join,
+from remote import (ChiefLink, ClusterLog, RemoteGlobal, RunOver, follow_the_chief, run_to_join,
                     start_cluster_task)
 
 
@@ -934,7 +934,11 @@ def join_the_run(cluster, server, control, control_sess, workers: typing.Optiona
                  env_id: typing.Optional[str], console: Console) -> int:
     """train_as_worker, once it can read the chief's flags: wait for the run, join it, train."""
     watch = cluster_module.ChiefWatch(tf, control_sess, control)
-    run = run_to_join(cluster, control, control_sess, watch, env_id)
+    try:
+        run = run_to_join(cluster, control, control_sess, watch, env_id)
+    except RunOver as over:
+        console.say(f"worker process {cluster.task}: {over}")
+        return 0
     if run is None:
         return 1
     cfg = run.cfg if workers is None else checked(dataclasses.replace(run.cfg, workers=workers))

@@ -620,6 +620,11 @@ def resume_hint() -> str:
             "--resume RUN_DIR and the same cluster")
 
 
+class RunOver(Exception):
+    """The chief ended the run before this worker process joined it: no error, nothing to do (a
+    resume by a few steps can end before local:N's other processes have started)."""
+
+
 class RunToJoin(typing.NamedTuple):
     """What a worker process other than the chief takes from the chief (through ps task 0)."""
     env_id: str
@@ -631,7 +636,8 @@ class RunToJoin(typing.NamedTuple):
 
 def run_to_join(cluster, control, control_sess, watch, env_id: typing.Optional[str]):
     """Wait for the chief to open the run (None, told, if it does not within
-    cluster.CHIEF_WAIT_S), then read it; UsageError where this process cannot join it."""
+    cluster.CHIEF_WAIT_S), then read it; RunOver where the chief has ended it already,
+    UsageError where this process cannot join it."""
     deadline = time.time() + cluster_module.CHIEF_WAIT_S
     while (state := watch.state()) == "waiting":
         if time.time() > deadline:
@@ -639,9 +645,11 @@ def run_to_join(cluster, control, control_sess, watch, env_id: typing.Optional[s
                  f"{cluster_module.CHIEF_WAIT_S:.0f} s; start it with the same cluster file, then this")
             return None
         time.sleep(0.5)
+    if state in ("done", "shutdown"):
+        raise RunOver("the cluster's run ended before this process could join it (a short "
+                      "budget: the chief and the processes that joined trained it); nothing to do")
     if state != "running":
-        raise UsageError(f"the cluster's run is {'over' if state in ('done', 'shutdown') else 'gone'}"
-                         f" (the chief is {state}); nothing to join")
+        raise UsageError(f"the cluster's run is gone (the chief is {state}); nothing to join")
     run = json.loads(control_sess.run(control.config).decode())
     totals, anneal_start = control_sess.run([control.totals, control.anneal_start])
     if run["cluster"] != cluster.spec:

@@ -212,6 +212,55 @@ def cluster_file(tmp_path, spec):
     return str(path)
 
 
+def test_a_worker_process_that_comes_after_the_chief_ended_the_run_says_so_and_exits_0(tmp_path):
+    """A resume by a few steps can end before local:N's other worker processes join: they said
+    "error: the cluster's run is over ... nothing to join" (status 2), and the launcher that one
+    had failed. Here a real ps holds a run its chief has ended (the flags the chief sets), and a
+    worker process starts then."""
+    v1 = tf.compat.v1
+    with cluster.LoopbackPorts(3) as ports:
+        spec = json.dumps({"ps": [f"127.0.0.1:{ports[0]}"],
+                           "worker": [f"127.0.0.1:{port}" for port in ports[1:]]})
+        ps_folder, worker_folder = tmp_path / "ps", tmp_path / "worker"
+        ps_folder.mkdir(), worker_folder.mkdir()
+        ps = launch(["--cluster", spec, "--job", "ps", "--task", "0"], str(ps_folder))
+        worker = None
+        try:
+            graph = tf.Graph()
+            with graph.as_default():
+                control = cluster.control_variables(tf, 2)
+                flags = v1.placeholder(tf.int64, [5])
+                set_flags = v1.assign(control.flags, flags)
+                initialise = v1.variables_initializer(
+                    [control.flags, control.config, control.totals, control.pushes,
+                     control.anneal_start, control.finished])
+            with cluster.ps_session(tf, cluster.Cluster(json.loads(spec), "ps", 0), graph,
+                                    timeout_ms=5000, one_task=True) as sess:
+                def initialised():
+                    try:
+                        sess.run(initialise)
+                        return True
+                    except tf.errors.OpError:  # (the ps is still starting)
+                        return False
+                wait_for(initialised, 60, "the ps")
+                ended = np.zeros(5, np.int64)
+                ended[[cluster.READY, cluster.DONE, cluster.RUN_ID]] = 1
+                sess.run(set_flags, {flags: ended})
+                worker = launch(["--cluster", spec, "--job", "worker", "--task", "1"],
+                                str(worker_folder))
+                assert finish(worker) == 0, output(str(worker_folder), "stderr")
+                ended[cluster.SHUTDOWN] = 1  # (the ps may go)
+                sess.run(set_flags, {flags: ended})
+            assert finish(ps, 60) == 0
+        finally:
+            for process in (ps, worker):
+                if process is not None and process.poll() is None:
+                    process.kill()
+    assert "worker process 1: the cluster's run ended before this process could join it" in \
+        output(str(worker_folder), "stdout")
+    assert "error" not in output(str(worker_folder), "stderr")
+
+
 @pytest.mark.parametrize("spec, words", [
     ("{not json", ["is not JSON"]),
     ({"worker": ["127.0.0.1:2222"]}, ['"ps" and "worker"']),
