@@ -646,8 +646,12 @@ def run_to_join(cluster, control, control_sess, watch, env_id: typing.Optional[s
             return None
         time.sleep(0.5)
     if state in ("done", "shutdown"):
-        raise RunOver("the cluster's run ended before this process could join it (a short "
-                      "budget: the chief and the processes that joined trained it); nothing to do")
+        if not control_sess.run(control.flags)[cluster_module.READY]:
+            raise UsageError("the chief ended before it opened a run (its output says why); "
+                             "nothing to join")
+        raise RunOver("the chief had ended the run when this process came to join it (its output "
+                      "says why; a resume by a few steps ends so before local:N's other "
+                      "processes start); nothing to do")
     if state != "running":
         raise UsageError(f"the cluster's run is gone (the chief is {state}); nothing to join")
     run = json.loads(control_sess.run(control.config).decode())

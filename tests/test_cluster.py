@@ -216,7 +216,7 @@ def test_a_worker_process_that_comes_after_the_chief_ended_the_run_says_so_and_e
     """A resume by a few steps can end before local:N's other worker processes join: they said
     "error: the cluster's run is over ... nothing to join" (status 2), and the launcher that one
     had failed. Here a real ps holds a run its chief has ended (the flags the chief sets), and a
-    worker process starts then."""
+    worker process starts then; a chief that ended before it opened a run is still an error."""
     v1 = tf.compat.v1
     with cluster.LoopbackPorts(3) as ports:
         spec = json.dumps({"ps": [f"127.0.0.1:{ports[0]}"],
@@ -244,7 +244,14 @@ def test_a_worker_process_that_comes_after_the_chief_ended_the_run_says_so_and_e
                         return False
                 wait_for(initialised, 60, "the ps")
                 ended = np.zeros(5, np.int64)
-                ended[[cluster.READY, cluster.DONE, cluster.RUN_ID]] = 1
+                ended[[cluster.DONE, cluster.RUN_ID]] = 1  # a chief that failed before its run
+                sess.run(set_flags, {flags: ended})
+                worker = launch(["--cluster", spec, "--job", "worker", "--task", "1"],
+                                str(worker_folder))
+                assert finish(worker) == 2
+                assert "the chief ended before it opened a run" in output(str(worker_folder),
+                                                                          "stderr")
+                ended[cluster.READY] = 1  # one that opened it, then ended it
                 sess.run(set_flags, {flags: ended})
                 worker = launch(["--cluster", spec, "--job", "worker", "--task", "1"],
                                 str(worker_folder))
@@ -256,8 +263,9 @@ def test_a_worker_process_that_comes_after_the_chief_ended_the_run_says_so_and_e
             for process in (ps, worker):
                 if process is not None and process.poll() is None:
                     process.kill()
-    assert "worker process 1: the cluster's run ended before this process could join it" in \
-        output(str(worker_folder), "stdout")
+                    process.wait()
+    assert "worker process 1: the chief had ended the run when this process came to join it" \
+        in output(str(worker_folder), "stdout")
     assert "error" not in output(str(worker_folder), "stderr")
 
 
