@@ -86,9 +86,13 @@ def main(argv=None) -> int:
              f"(`{' '.join(info.get('argv', ['a3c.py']))}`, resumed {resumes} time{'' if resumes == 1 else 's'}); "
              f"versions: {info.get('versions')}.", "",
              f"Settings: {cfg.workers} workers x {cfg.envs_per_worker} envs, n_steps {cfg.n_steps}, "
-             f"cnn {cfg.cnn} ({cfg.trunk_activation}), use_lstm {cfg.use_lstm}, shared_lr {cfg.shared_lr:g}"
-             f"{' annealed' if cfg.anneal_lr else ''}, sticky actions "
-             f"{cfg.repeat_action_probability:g}, pin_threads {cfg.pin_threads}.", "",
+             + (f"cnn {cfg.cnn} ({cfg.trunk_activation}), use_lstm {cfg.use_lstm}, shared_lr "
+                f"{cfg.shared_lr:g}{' annealed' if cfg.anneal_lr else ''}, sticky actions "
+                f"{cfg.repeat_action_probability:g}, pin_threads {cfg.pin_threads}." if per_step > 1
+                else f"use_lstm {cfg.use_lstm}, " + (
+                    f"shared_lr {cfg.shared_lr:g}" if cfg.use_lstm else
+                    f"actor {'x'.join(map(str, cfg.actor_hidden))} at {cfg.actor_lr:g}, critic "
+                    f"{'x'.join(map(str, cfg.critic_hidden))} at {cfg.critic_lr:g}") + f"{', annealed' if cfg.anneal_lr else ''}."), "",
              "| episodes | frames seen | wall time | frames/s | final mean-20 | final mean-100 | "
              "best mean-100 | best agent (deterministic trial games) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -96,8 +100,11 @@ def main(argv=None) -> int:
              f"{frames[-1] / wall[-1]:,.0f} | {mean_cell(means[20][-1])} | "
              f"{mean_cell(means[100][-1])} | "
              + (f"{np.nanmax(means[100]):.1f} | " if len(returns) >= 100 else "none | ")
-             + (f"{best['score']:.1f} over {best['trial_episodes']} (episode {best['episode']:,})"
-                if best and "score" in best else "none") + " |", "",
+             + (("none" if not best or "score" not in best else
+                 f"{best['score']:.1f} over {best['trial_episodes']} (episode {best['episode']:,})"
+                 if best.get("trial_episodes") else
+                 f"no trials: its mean-100 {best['mean_100']:.1f} (episode {best['episode']:,})")
+                + " |"), "",
              "Mean policy entropy of the games that ended in each tenth of the run (a uniform "
              "policy's is ln of the number of actions):", "",
              "| up to frames | " + " | ".join(f"{frames[tenth[-1]]:,.0f}" for tenth in tenths) + " |",

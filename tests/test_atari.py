@@ -4,6 +4,7 @@ import glob
 import io
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -17,7 +18,7 @@ import runlog
 import sessions
 import config as config_module
 from graphs import build_session, checkpoints_and_best
-from test_training import read_rows, refused
+from test_training import read_rows, refused, train
 
 import atari_scoreboard
 import sb3_atari
@@ -989,6 +990,19 @@ def test_the_curve_table_says_n_a_for_a_mean_over_more_games_than_ran_and_refuse
     assert curve.main([folder, "--name", "c", "--out", str(out)]) == 0
     table = (out / "c.md").read_text()
     assert "| 4,000 | 0.00 h | 4,000 | n/a | n/a | none | none |" in table and "nan" not in table
+
+
+def test_the_curve_of_a_run_without_trials_or_frames_names_what_it_had(tmp_path):
+    """A best agent picked without trial games was said to score "over 0" of them; a CartPole
+    run's settings listed the Atari ones (cnn, sticky actions)."""
+    import curve
+    summary, _ = train("CartPole-v1", tmp_path / "runs", max_episodes=120, best_trial_episodes=0)
+    out = tmp_path / "out"
+    assert curve.main([summary["run_dir"], "--name", "c", "--levels", "20", "--out", str(out)]) == 0
+    table = (out / "c.md").read_text()
+    assert "no trials: its mean-100 " in table and "over 0" not in table
+    assert re.search(r"actor \d+(x\d+)* at [\d.e-]+, critic \d+(x\d+)* at ", table), table
+    assert "sticky" not in table and "cnn" not in table
 
 
 def test_report_stopped_by_ctrl_c_says_so_in_one_line(tmp_path, capsys, monkeypatch):
