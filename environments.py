@@ -86,12 +86,12 @@ def canonical_env_id(env_id: str) -> str:
     except Exception:  # make_env refuses the id in one line
         return env_id
     name = latest_version(name)
-    registered = gym.registry.get(name)
-    # gymnasium's own MuJoCo envs by their names, and ale-py's games: a plugin's env (its own
-    # Hopper-v5, its MyAnt-v0 in a module named mujoco) keeps its module
     # ale-py's ids outside ALE/ (ale_py:Pong-v4, ale_py:Pong) are refused as without their module
     if module.split(".")[0] == "ale_py" and not is_atari(name):
         return name
+    # gymnasium's own MuJoCo envs by their names, and ale-py's games: a plugin's env (its own
+    # Hopper-v5, its MyAnt-v0 in a module named mujoco) keeps its module
+    registered = gym.registry.get(name)
     own = registered is not None and (
         str(registered.entry_point).startswith("ale_py") if is_atari(name) else
         config_module.is_mujoco_id(name)

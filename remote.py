@@ -646,7 +646,11 @@ def run_to_join(cluster, control, control_sess, watch, env_id: typing.Optional[s
             return None
         time.sleep(0.5)
     if state in ("done", "shutdown"):
-        if not control_sess.run(control.flags)[cluster_module.READY]:
+        try:
+            opened = control_sess.run(control.flags)[cluster_module.READY]
+        except tf.errors.OpError:  # (the ps went as the run was shut down)
+            opened = True
+        if not opened:
             raise UsageError("the chief ended before it opened a run (its output says why); "
                              "nothing to join")
         raise RunOver("the chief had ended the run when this process came to join it (its output "
