@@ -42,6 +42,22 @@ def mean_cell(mean: float) -> str:
     return "n/a" if np.isnan(mean) else f"{mean:.1f}"
 
 
+def settings(cfg, atari: bool) -> str:
+    """The run's settings that shape its curve: an Atari run's trunk and game settings, another
+    run's networks and rates."""
+    common = f"Settings: {cfg.workers} workers x {cfg.envs_per_worker} envs, n_steps {cfg.n_steps}, "
+    annealed = " annealed" if cfg.anneal_lr else ""
+    if atari:
+        return (common + f"cnn {cfg.cnn} ({cfg.trunk_activation}), use_lstm {cfg.use_lstm}, "
+                f"shared_lr {cfg.shared_lr:g}{annealed}, sticky actions "
+                f"{cfg.repeat_action_probability:g}, pin_threads {cfg.pin_threads}.")
+    if cfg.use_lstm:
+        return common + f"use_lstm True, shared_lr {cfg.shared_lr:g}{annealed}."
+    sizes = {net: "x".join(map(str, getattr(cfg, f"{net}_hidden"))) for net in ("actor", "critic")}
+    return (common + f"actor {sizes['actor']} at {cfg.actor_lr:g}, critic {sizes['critic']} at "
+            f"{cfg.critic_lr:g}{annealed}.")
+
+
 def hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
@@ -85,14 +101,7 @@ def main(argv=None) -> int:
              f"from the run `{os.path.basename(os.path.normpath(args.run_dir))}` "
              f"(`{' '.join(info.get('argv', ['a3c.py']))}`, resumed {resumes} time{'' if resumes == 1 else 's'}); "
              f"versions: {info.get('versions')}.", "",
-             f"Settings: {cfg.workers} workers x {cfg.envs_per_worker} envs, n_steps {cfg.n_steps}, "
-             + (f"cnn {cfg.cnn} ({cfg.trunk_activation}), use_lstm {cfg.use_lstm}, shared_lr "
-                f"{cfg.shared_lr:g}{' annealed' if cfg.anneal_lr else ''}, sticky actions "
-                f"{cfg.repeat_action_probability:g}, pin_threads {cfg.pin_threads}." if per_step > 1
-                else f"use_lstm {cfg.use_lstm}, " + (
-                    f"shared_lr {cfg.shared_lr:g}" if cfg.use_lstm else
-                    f"actor {'x'.join(map(str, cfg.actor_hidden))} at {cfg.actor_lr:g}, critic "
-                    f"{'x'.join(map(str, cfg.critic_hidden))} at {cfg.critic_lr:g}") + f"{', annealed' if cfg.anneal_lr else ''}."), "",
+             settings(cfg, atari=per_step > 1), "",
              "| episodes | frames seen | wall time | frames/s | final mean-20 | final mean-100 | "
              "best mean-100 | best agent (deterministic trial games) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |",
