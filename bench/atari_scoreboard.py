@@ -8,13 +8,14 @@ preset, and the variant), beside the published anchors at equal frames.
 `run` trains each game and seed of SCOREBOARD with its preset (8 workers) under RUNS, and each
 variant (the preset with values changed, as --set does: the LSTM on or off) under
 RUNS/<variant>/, one run at a time: each for its preset's budget (40M frames; Pong's 50M), Pong
-until the mean of the last 100 games reaches +18 or 2 hours of training if either comes first
-(it stops such a run as Ctrl-C does: the checkpoint is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a
+until the mean of the last 100 games reaches +18 or after 2 hours of training, whichever comes
+first (it stops such a run as Ctrl-C does: the checkpoint is saved first). A run stopped part-way (Ctrl-C, SIGTERM, a
 session's end) is continued with `a3c.py --resume` the next time its folder is there (with the
 row's budget, where the run's own is an earlier preset's); a finished one is left alone, and so
 is one whose finished row `report` kept in results/atari_runs.json. A run folder counts for a
 row only if its config holds that row's values (a variant's, or the preset's), its budget aside.
-The rows of an earlier preset (RETIRED: Pong's 40M-frame budget) are shown as kept, never trained.
+The rows of an earlier preset (RETIRED: Pong's 40M-frame budget) are shown as kept, never trained,
+and a folder of runs no row looks in (a variant the game has no row of) is named and left out.
 
 `report` reads the run folders: frames, wall hours, frames/s, the mean-100 at 10M, 20M and 40M
 frames, the frames and hours at which the mean-100 first reached 0 and +18, the deterministic
