@@ -252,11 +252,7 @@ def old_atari_id(env_id: str):
     if registered is not None and "ale_py" not in str(registered.entry_point):
         return None
     name = re.sub(r"(NoFrameskip|Deterministic)?(-v\d+)?$", "", env_id)
-    try:
-        import ale_py
-        gym.register_envs(ale_py)
-    except ImportError:
-        return None
+    register_ale_games()  # (without ale-py no ALE/ id is registered: None)
     suggestion = f"{ATARI_PREFIX}{name}-v5"
     return suggestion if suggestion in gym.registry else None
 
