@@ -253,8 +253,8 @@ def old_atari_id(env_id: str):
         return None
     name = re.sub(r"(NoFrameskip|Deterministic)?(-v\d+)?$", "", env_id)
     register_ale_games()  # (without ale-py no ALE/ id is registered: None)
-    suggestion = f"{ATARI_PREFIX}{name}-v5"
-    return suggestion if suggestion in gym.registry else None
+    wanted = f"{ATARI_PREFIX}{name}-v5".lower()  # (pong: ALE/Pong-v5)
+    return next((known for known in gym.registry if known.lower() == wanted), None)
 
 
 def make_env(env_id: str, cfg: Config, render_mode: str = None) -> gym.Env:
@@ -459,9 +459,11 @@ class AtariEnvs:
 def atari_game(env_id: str) -> tuple[str, dict]:
     """ale-py's game name for an ALE/...-v5 id, and the id's registered settings."""
     if not env_id.endswith("-v5"):
+        instead = old_atari_id(env_id[len(ATARI_PREFIX):])
         raise UsageError(f"{env_id}: only the ALE/<Game>-v5 ids are supported (their rules: "
-                         f"frame skip 4, minimal action set); use "
-                         f"{ATARI_PREFIX}{env_id[len(ATARI_PREFIX):].rsplit('-', 1)[0]}-v5")
+                         f"frame skip 4, minimal action set); " + (
+                             f"use {instead}" if instead else
+                             "gymnasium.pprint_registry() lists them once ale-py is imported"))
     try:
         import ale_py
         gym.register_envs(ale_py)

@@ -599,6 +599,9 @@ def test_atari_envs_take_any_seed_the_config_allows():
     ("Pong-v4", ["Pong-v4: only the ALE/<Game>-v5 ids", "use ALE/Pong-v5"]),
     ("PongNoFrameskip-v4", ["only the ALE/<Game>-v5 ids", "use ALE/Pong-v5"]),
     ("Breakout-v5", ["only the ALE/<Game>-v5 ids", "use ALE/Breakout-v5"]),
+    # the game's registered spelling, and no made-up id where none is named
+    ("ALE/pong", ["only the ALE/<Game>-v5 ids", "use ALE/Pong-v5"]),
+    ("ALE/", ["only the ALE/<Game>-v5 ids", "pprint_registry"]),
 ])
 def test_cli_refuses_atari_ids_it_cannot_run(env_id, words, capsys, tmp_path):
     refused(["--env", env_id, "--results-dir", str(tmp_path / "out"), "--no-plot"], capsys, *words)
