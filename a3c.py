@@ -61,7 +61,7 @@ from runlog import AnnealStart, EpisodeLog, RunHistory, describe_budget, plot_re
 from checkpoints import (CHECKPOINT_FOLDER, ENV_STEPS_VARIABLE, Checkpoints, check_results_dir,
                          checkpoint_note, latest_checkpoint, new_run_dir, part_seed, read_run,
                          read_run_info, resume_history, resume_point,
-                         run_info, RunFolderLock, write_atomically)
+                         remove_unstarted_run, run_info, RunFolderLock, write_atomically)
 from best_agent import BestCheckpoint, TrialSchedule, best_kept
 import evaluation
 from remote import (ChiefLink, ClusterLog, RemoteGlobal, RunOver, follow_the_chief, run_to_join,
@@ -718,7 +718,7 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
     if cluster is not None:  # before anything is written: a port in use, no ps
         server = start_cluster_task(cluster)
 
-    run_dir, team, best, remote, chief = resume_dir, None, None, None, None
+    run_dir, team, best, remote, chief, summary_writer = resume_dir, None, None, None, None, None
     earlier_text = None  # a resumed run's config.json as it was, once set-up rewrites it
     # --sync: a round's update holds this lock; so do the best agent's copy and (in one process)
     # the saves. A cluster's saves wait on its local copy's lock instead (RemoteGlobal): the
@@ -780,12 +780,17 @@ def train_holding(folder_lock: RunFolderLock, env_id: str, cfg: Config, results_
             attempt("tell the ps tasks to stop", chief.shutdown)
         if remote is not None:
             remote.close()
+        if resume_dir is None and run_dir is not None:  # a new run that never trained: no folder
+            if summary_writer is not None:
+                attempt("close the event file", summary_writer.close)
+            attempt("remove the new run folder", remove_unstarted_run, run_dir)
         if not is_ctrl_c(exc):
             raise
         if resume_dir is not None:
             raise Interrupted(f"interrupted during set-up, before training started; "
                               f"{checkpoint_note(run_dir)}") from None
-        where = f"; {run_dir} holds no checkpoint" if run_dir is not None else ""
+        where = (f"; {run_dir} was not kept" if run_dir is not None and not os.path.exists(run_dir)
+                 else f"; {run_dir} holds no checkpoint" if run_dir is not None else "")
         raise Interrupted(f"interrupted during set-up, before training started: nothing was "
                           f"trained{where}") from None
 

@@ -7,6 +7,7 @@ import datetime
 import math
 import json
 import os
+import shutil
 import re
 import sys
 import threading
@@ -222,6 +223,16 @@ def new_run_dir(results_dir: str, env_id: str, seed: int) -> str:
         except OSError as exc:  # a file on the way, no permission, a read-only disk
             raise UsageError(f"cannot make a run folder under {results_dir} ({exc.strerror}: "
                              f"{exc.filename}); give --results-dir a folder you can write") from None
+
+
+def remove_unstarted_run(run_dir: str) -> None:
+    """Remove a new run's folder whose set-up stopped before training (it holds its config.json
+    and an event file at most), and its env's folder if that is left empty."""
+    shutil.rmtree(run_dir)
+    try:
+        os.rmdir(os.path.dirname(run_dir))
+    except OSError:  # other runs of the env are there
+        pass
 
 
 def run_info(env_id: str, cfg: Config, learning_rates: dict, layout, seed: int,
