@@ -58,6 +58,12 @@ class EnvSpec:
 ATARI_PREFIX = "ALE/"  # gymnasium's ids of ale-py's Atari games: ALE/Pong-v5, ALE/Breakout-v5, ...
 
 
+# gymnasium's own envs (classic control, MuJoCo, ...) as gymnasium registers them on import, before
+# any --env module:Name's module can register an env of its own with one of their entry points
+GYMNASIUM_ENTRY_POINTS = {env_id: registered.entry_point for env_id, registered in
+                          gym.registry.items() if str(registered.entry_point).startswith("gymnasium.envs")}
+
+
 def is_atari(env_id: str) -> bool:
     return env_id.startswith(ATARI_PREFIX)
 
@@ -72,10 +78,10 @@ def is_mujoco(env_id: str) -> bool:
 def canonical_env_id(env_id: str) -> str:
     """An id without its version (Hopper, ALE/Pong) is the highest version gymnasium registers
     (Hopper-v5), the env gym.make would make of it, so that it gets that id's preset and its run
-    folder says which env ran. "module:Name" where Name is an Atari or MuJoCo id
-    (ale_py:ALE/Pong-v5) is Name, which gymnasium registers without the import: their presets,
-    frames and drawing go by that name. Any other id keeps its module (which --eval and --resume
-    must import again), with its name's version completed as above."""
+    folder says which env ran. "module:Name" where Name is one of gymnasium's own envs or ale-py's
+    games (gymnasium:Pendulum-v1, ale_py:ALE/Pong-v5) is Name, which gymnasium registers without
+    the import: their presets, frames and drawing go by that name. Any other id keeps its module
+    (which --eval and --resume must import again), with its name's version completed as above."""
     if ":" not in env_id:
         return latest_version(env_id)
     module, name = env_id.split(":", 1)
@@ -89,13 +95,12 @@ def canonical_env_id(env_id: str) -> str:
     # ale-py's ids outside ALE/ (ale_py:Pong-v4, ale_py:Pong) are refused as without their module
     if module.split(".")[0] == "ale_py" and not is_atari(name):
         return name
-    # gymnasium's own MuJoCo envs by their names, and ale-py's games: a plugin's env (its own
+    # gymnasium's own envs by their names, and ale-py's games: a plugin's env (its own
     # Hopper-v5, its MyAnt-v0 in a module named mujoco) keeps its module
     registered = gym.registry.get(name)
     own = registered is not None and (
         str(registered.entry_point).startswith("ale_py") if is_atari(name) else
-        config_module.is_mujoco_id(name)
-        and str(registered.entry_point).startswith("gymnasium.envs.mujoco"))
+        GYMNASIUM_ENTRY_POINTS.get(name) == registered.entry_point)
     return name if own else f"{module}:{name}"
 
 

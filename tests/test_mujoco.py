@@ -200,8 +200,10 @@ def test_a_mujoco_or_atari_id_given_with_its_module_is_run_as_the_id_itself(tmp_
     the version gymnasium makes of it. A plugin's id keeps its module, which --eval
     and --resume must import again."""
     assert environments.canonical_env_id("ale_py:ALE/Pong-v5") == "ALE/Pong-v5"
-    plain = "gymnasium.envs.classic_control:CartPole-v1"
-    assert environments.canonical_env_id(plain) == plain
+    # gymnasium's classic-control envs too: with their module they trained without their presets
+    assert [environments.canonical_env_id(env_id) for env_id in (
+        "gymnasium.envs.classic_control:CartPole-v1", "gymnasium:Pendulum-v1")] == [
+        "CartPole-v1", "Pendulum-v1"]
     assert environments.canonical_env_id("no_such_module:Hopper-v5") == "no_such_module:Hopper-v5"
     # an id without its version is the highest one, as gym.make makes it (it had no preset)
     # (and a plugin's keeps its module; ale-py's ids outside ALE/ are refused as typed, once
@@ -210,7 +212,7 @@ def test_a_mujoco_or_atari_id_given_with_its_module_is_run_as_the_id_itself(tmp_
             ("Hopper", "CartPole", "ALE/Pong", "Pong", "Hopper-v4", "NoSuchEnv", "ALE/NoSuchGame",
              "gymnasium.envs.classic_control:CartPole")] == [
         "Hopper-v5", "CartPole-v1", "ALE/Pong-v5", "Pong", "Hopper-v4", "NoSuchEnv",
-        "ALE/NoSuchGame", "gymnasium.envs.classic_control:CartPole-v1"]
+        "ALE/NoSuchGame", "CartPole-v1"]
     assert [environments.canonical_env_id(env_id) for env_id in
             ("ale_py:Pong", "ale_py:Pong-v4", "ale_py:")] == ["Pong", "Pong-v4", "ale_py:"]
     for outside in ("Pong", "Pong-v4", "PongNoFrameskip-v4", "PongNoFrameskip"):  # (refused
