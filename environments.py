@@ -82,6 +82,8 @@ def canonical_env_id(env_id: str) -> str:
     games (gymnasium:Pendulum-v1, ale_py:ALE/Pong-v5) is Name, which gymnasium registers without
     the import: their presets, frames and drawing go by that name. Any other id keeps its module
     (which --eval and --resume must import again), with its name's version completed as above."""
+    if env_id != env_id.strip():  # (a pasted "ALE/Pong-v5 " was refused as not a -v5 id)
+        raise UsageError(f"env id {env_id!r} has spaces around it: give {env_id.strip()!r}")
     if ":" not in env_id:
         return latest_version(env_id)
     module, name = env_id.split(":", 1)

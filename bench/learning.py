@@ -296,9 +296,9 @@ def main(argv=None) -> int:
                         "writes results/mujoco.md and mujoco_<env>.png")
     parser.add_argument("--no-save", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
-    args.envs = [environments.canonical_env_id(env_id) for env_id in args.envs]  # as a3c.py's
     versus = ", ".join(args.versus)  # the variant's name in the tables
     try:
+        args.envs = [environments.canonical_env_id(env_id) for env_id in args.envs]  # as a3c.py's
         overrides = config_module.parse_overrides(args.set)
         sides = {"plain": overrides}
         if args.versus:

@@ -487,6 +487,7 @@ def test_an_empty_results_dir_is_refused_not_taken_for_results(capsys, tmp_path,
 @pytest.mark.parametrize("argv, words", [
     (["--env", ""], ["--env is empty", "give a gymnasium id"]),  # (trained Pendulum-v1)
     (["--env", " ", "--max-steps", "10"], ["--env is empty"]),
+    (["--env", "ALE/Pong-v5 "], ["has spaces around it", "give 'ALE/Pong-v5'"]),
     (["--resume", ""], ["--resume is empty"]),
     (["--eval", ""], ["--eval is empty"]),
 ])
