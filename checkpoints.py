@@ -226,12 +226,12 @@ def new_run_dir(results_dir: str, env_id: str, seed: int) -> str:
 
 
 def remove_unstarted_run(run_dir: str) -> None:
-    """Remove a new run's folder whose set-up stopped before training (it holds its config.json
-    and an event file at most), and its env's folder if that is left empty."""
-    shutil.rmtree(run_dir)
+    """Remove a new run's folder whose set-up stopped before training: its config.json, event
+    file, empty episodes.csv and checkpoint folders, nothing trained. (Its env's folder stays: a
+    run starting beside it may be about to make its own folder there.)"""
     try:
-        os.rmdir(os.path.dirname(run_dir))
-    except OSError:  # other runs of the env are there
+        shutil.rmtree(run_dir)
+    except FileNotFoundError:  # (the results folder went away: the error that stopped set-up)
         pass
 
 

@@ -59,9 +59,10 @@ ATARI_PREFIX = "ALE/"  # gymnasium's ids of ale-py's Atari games: ALE/Pong-v5, A
 
 
 # gymnasium's own envs (classic control, MuJoCo, ...) as gymnasium registers them on import, before
-# any --env module:Name's module can register an env of its own with one of their entry points
-GYMNASIUM_ENTRY_POINTS = {env_id: registered.entry_point for env_id, registered in
-                          gym.registry.items() if str(registered.entry_point).startswith("gymnasium.envs")}
+# any --env module:Name's module can register one of its own (a3c.py imports this module first):
+# an env a plugin registers anew, under its own name or one of these, is another spec object
+GYMNASIUM_SPECS = {env_id: registered for env_id, registered in gym.registry.items()
+                   if str(registered.entry_point).startswith("gymnasium.envs")}
 
 
 def is_atari(env_id: str) -> bool:
@@ -102,7 +103,7 @@ def canonical_env_id(env_id: str) -> str:
     registered = gym.registry.get(name)
     own = registered is not None and (
         str(registered.entry_point).startswith("ale_py") if is_atari(name) else
-        GYMNASIUM_ENTRY_POINTS.get(name) == registered.entry_point)
+        GYMNASIUM_SPECS.get(name) is registered)
     return name if own else f"{module}:{name}"
 
 

@@ -1031,8 +1031,25 @@ def test_ctrl_c_during_set_up_says_nothing_was_trained(trial_episodes, tmp_path,
     assert code == 130
     assert "before training started: nothing was trained" in err and "twice" not in err
     # the run folder it had made is not left behind, empty (a --resume of it was refused as
-    # "not a readable run folder"), nor its env's
-    assert "was not kept" in err and os.listdir(tmp_path) == [], err
+    # "not a readable run folder")
+    assert "was not kept" in err, err
+    assert os.listdir(os.path.join(tmp_path, "A3CTest_Interrupting-v0")) == []
+
+
+def test_a_new_run_whose_set_up_fails_removes_its_folder_and_no_other(tmp_path, capsys,
+                                                                         monkeypatch):
+    neighbour = tmp_path / "CartPole-v1" / "20260101T000000Z-s1"
+    neighbour.mkdir(parents=True)
+    (neighbour / "config.json").write_text("{}")
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("set-up failed")
+    monkeypatch.setattr(a3c, "EpisodeLog", failing)  # (made after config.json is written)
+    with pytest.raises(RuntimeError, match="set-up failed"):
+        a3c.train("CartPole-v1", config.Config(workers=1, envs_per_worker=1, max_steps=100),
+                  str(tmp_path), show_plot=False)
+    assert os.listdir(tmp_path / "CartPole-v1") == [neighbour.name]
+    assert os.listdir(neighbour) == ["config.json"]
 
 
 def test_ctrl_c_as_pybind11_rewrites_it_during_the_graphs_build_says_nothing_was_trained(

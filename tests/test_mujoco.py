@@ -234,6 +234,7 @@ def test_a_mujoco_or_atari_id_given_with_its_module_is_run_as_the_id_itself(tmp_
     assert saved["config"]["normalize_obs"] and saved["config"]["reward_scale"] == 0.1
 
 
+@pytest.mark.filterwarnings("ignore:.*Overriding environment Acrobot-v1")
 def test_a_plugins_own_env_keeps_its_module_whatever_it_is_named(tmp_path, monkeypatch):
     """Its module must be imported again by --eval and --resume: a plugin's env whose entry point
     says mujoco, or one with a MuJoCo env's name, is not gymnasium's (which dropped its module)."""
@@ -241,9 +242,13 @@ def test_a_plugins_own_env_keeps_its_module_whatever_it_is_named(tmp_path, monke
         "import gymnasium\n"
         "gymnasium.register('A3CTestMyAnt-v0', entry_point='a3c_test_mujoco_plugin.mujoco:Ant')\n"
         "gymnasium.register('A3CTestHopper-v5', entry_point=gymnasium.spec('Hopper-v5').entry_point)\n"
-        "gymnasium.register('Ant-v99', entry_point='a3c_test_mujoco_plugin:Ant')\n")
+        "gymnasium.register('Ant-v99', entry_point='a3c_test_mujoco_plugin:Ant')\n"
+        # gymnasium's own id and entry point, made another env: a fresh process makes gymnasium's
+        "gymnasium.register('Acrobot-v1', entry_point=gymnasium.spec('Acrobot-v1').entry_point,"
+        " max_episode_steps=50)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    names = ("A3CTestMyAnt-v0", "A3CTestHopper-v5", "Ant-v99")
+    names = ("A3CTestMyAnt-v0", "A3CTestHopper-v5", "Ant-v99", "Acrobot-v1")
+    acrobot = gym.spec("Acrobot-v1")
     try:
         for name in names:
             plugin_id = f"a3c_test_mujoco_plugin:{name}"
@@ -251,6 +256,7 @@ def test_a_plugins_own_env_keeps_its_module_whatever_it_is_named(tmp_path, monke
     finally:  # (Ant-v99 would make the tests' Ant-v5 "out of date")
         for name in names:
             gym.registry.pop(name, None)
+        gym.registry["Acrobot-v1"] = acrobot
         sys.modules.pop("a3c_test_mujoco_plugin", None)
 
 
