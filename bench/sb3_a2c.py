@@ -120,6 +120,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), "results"))
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--tag", default="", help="--mujoco: suffix of the output names, e.g. "
+                        "_halfcheetah_s4_s5 writes sb3_a2c_mujoco_halfcheetah_s4_s5.md and .json")
     parser.add_argument("--steps", type=int, default=0, help="--mujoco: env steps per run "
                         "(default: rl-zoo's 1M)")
     parser.add_argument("--eval-episodes", type=int, default=EVAL_EPISODES)
@@ -132,8 +134,11 @@ def main(argv=None) -> int:
                         "each run), which bench/mujoco_vs_sb3.py puts beside our runs")
     args = parser.parse_args(argv)
     args.command = " ".join(["python bench/sb3_a2c.py"] + (argv if argv is not None else sys.argv[1:]))
-    if not args.mujoco and (args.steps or args.jobs != 1 or args.eval_episodes != EVAL_EPISODES):
-        parser.error("--steps, --jobs and --eval-episodes are for --mujoco")
+    if not args.mujoco and (args.steps or args.jobs != 1 or args.eval_episodes != EVAL_EPISODES
+                            or args.tag):
+        parser.error("--steps, --jobs, --eval-episodes and --tag are for --mujoco")
+    if "/" in args.tag:
+        parser.error(f"--tag {args.tag}: a suffix of file names, without '/'")
     if args.eval_episodes < 1 or args.steps < 0:
         parser.error("--eval-episodes must be >= 1 and --steps >= 0 (0: rl-zoo's 1M)")
     if not 1 <= args.jobs <= len(os.sched_getaffinity(0)):
@@ -215,9 +220,9 @@ def main_mujoco(args, sb3_version: str, torch) -> int:
                 f"\n\n`{args.command}` (stable-baselines3 {sb3_version}, torch "
                 f"{torch.__version__}, {threads})\n\n" + "\n".join(lines) + "\n")
         if not args.no_save:
-            with open(os.path.join(args.out, "sb3_a2c_mujoco.md"), "w") as f:
+            with open(os.path.join(args.out, f"sb3_a2c_mujoco{args.tag}.md"), "w") as f:
                 f.write(text)
-            with open(os.path.join(args.out, "sb3_a2c_mujoco.json"), "w") as f:
+            with open(os.path.join(args.out, f"sb3_a2c_mujoco{args.tag}.json"), "w") as f:
                 json.dump(results, f, indent=1)
     if args.jobs > 1:
         pool.close()
